@@ -1,0 +1,1 @@
+//! arfsnic: a multiqueue NIC emulator with RSS and an aRFS filter table.
