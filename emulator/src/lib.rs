@@ -1,1 +1,9 @@
-//! arfsnic: a multiqueue NIC emulator with RSS and an aRFS filter table.
+//! arfsnic: a multiqueue NIC emulator with RSS, an aRFS ntuple filter table and
+//! firmware-like command latency, served to QEMU over vhost-user.
+//!
+//! Layers, bottom up: [`wire`] (frame formats) → [`model`] (RSS, filter table, command
+//! engine, counters; no vhost imports) → `vhost` (vhost-user adapter) → traffic
+//! sources → reports.
+
+pub mod model;
+pub mod wire;

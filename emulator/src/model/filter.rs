@@ -1,0 +1,393 @@
+//! The ntuple / aRFS filter table: exact-match rules on the flow 5-tuple (plus IP
+//! version) carrying the driver's filter id, steering to an RX queue or dropping.
+//!
+//! Concurrency: the datapath looks rules up from every queue thread while the command
+//! engine inserts and deletes. Lookups go to a sharded concurrent map (`dashmap`): a
+//! lookup takes one shard's read lock for a few nanoseconds and never waits for the
+//! control path except on the one shard being written. Writers serialise on a control
+//! mutex that also owns the id index and the per-partition accounting, so capacity
+//! checks are exact. Per-rule hit counters are relaxed atomics. The choice is measured
+//! against a single `RwLock<HashMap>` in `benches/model.rs` (see docs/performance.md).
+
+use crate::wire::{FlowKey, IpVersion, L4Proto};
+use dashmap::DashMap;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// How the table's capacity is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// Four tables, IPv4/IPv6 × TCP/UDP, each of `capacity` rules (mlx5 aRFS).
+    PerType,
+    /// One table of `capacity` rules shared by all flow types (sfc, ice, bnxt).
+    Shared,
+}
+
+/// What a matching rule does with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Action {
+    Queue(u16),
+    Drop,
+}
+
+const ACTION_DROP: u32 = u32::MAX;
+
+impl Action {
+    fn encode(self) -> u32 {
+        match self {
+            Action::Queue(q) => u32::from(q),
+            Action::Drop => ACTION_DROP,
+        }
+    }
+    fn decode(v: u32) -> Self {
+        if v == ACTION_DROP {
+            Action::Drop
+        } else {
+            Action::Queue(v as u16)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilterError {
+    #[error("filter id {0} already exists")]
+    DuplicateId(u32),
+    #[error("flow {key} already has filter id {existing}")]
+    DuplicateFlow { key: FlowKey, existing: u32 },
+    #[error("no filter with id {0}")]
+    UnknownId(u32),
+    #[error("table {partition} is full ({capacity} rules)")]
+    TableFull { partition: &'static str, capacity: usize },
+}
+
+impl FilterError {
+    /// The Linux errno a driver would see.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FilterError::DuplicateId(_) | FilterError::DuplicateFlow { .. } => libc::EEXIST,
+            FilterError::UnknownId(_) => libc::ENOENT,
+            FilterError::TableFull { .. } => libc::ENOSPC,
+        }
+    }
+}
+
+/// One installed rule. Hit counters are updated by the datapath without locks.
+#[derive(Debug)]
+pub struct Rule {
+    pub id: u32,
+    pub key: FlowKey,
+    pub installed_ns: u64,
+    action: AtomicU32,
+    hits: AtomicU64,
+    bytes: AtomicU64,
+    last_hit_ns: AtomicU64,
+}
+
+/// A copy of a rule's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuleSnapshot {
+    pub id: u32,
+    #[serde(serialize_with = "ser_display")]
+    pub key: FlowKey,
+    pub action: Action,
+    pub hits: u64,
+    pub bytes: u64,
+    pub installed_ns: u64,
+    /// Last time a packet matched, or the install time when none did.
+    pub last_active_ns: u64,
+}
+
+fn ser_display<S: serde::Serializer, T: std::fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+impl Rule {
+    fn snapshot(&self) -> RuleSnapshot {
+        RuleSnapshot {
+            id: self.id,
+            key: self.key,
+            action: Action::decode(self.action.load(Ordering::Relaxed)),
+            hits: self.hits.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            installed_ns: self.installed_ns,
+            last_active_ns: self.last_hit_ns.load(Ordering::Relaxed).max(self.installed_ns),
+        }
+    }
+}
+
+/// Counters of one partition (one of the four mlx5 tables, or the shared table).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PartitionStats {
+    pub name: &'static str,
+    pub capacity: usize,
+    pub rules_now: usize,
+    pub rules_peak: usize,
+    pub inserts: u64,
+    pub modifies: u64,
+    pub deletes: u64,
+    /// Rejected commands by errno name (table errors and injected faults).
+    pub rejects: BTreeMap<String, u64>,
+}
+
+struct Ctrl {
+    by_id: HashMap<u32, FlowKey>,
+    parts: Vec<PartitionStats>,
+}
+
+/// The filter table.
+pub struct FilterTable {
+    map: DashMap<FlowKey, Arc<Rule>, ahash::RandomState>,
+    ctrl: Mutex<Ctrl>,
+    layout: Layout,
+}
+
+const PER_TYPE_NAMES: [&str; 4] = ["ipv4-tcp", "ipv4-udp", "ipv6-tcp", "ipv6-udp"];
+
+impl FilterTable {
+    pub fn new(layout: Layout, capacity: usize) -> Self {
+        let names: &[&'static str] = match layout {
+            Layout::PerType => &PER_TYPE_NAMES,
+            Layout::Shared => &["shared"],
+        };
+        let parts = names.iter().map(|&name| PartitionStats { name, capacity, ..Default::default() }).collect();
+        FilterTable {
+            map: DashMap::with_hasher(ahash::RandomState::new()),
+            ctrl: Mutex::new(Ctrl { by_id: HashMap::new(), parts }),
+            layout,
+        }
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Index of the partition a flow's rule counts against.
+    pub fn partition_of(&self, key: &FlowKey) -> usize {
+        match self.layout {
+            Layout::Shared => 0,
+            Layout::PerType => match (key.version, key.proto) {
+                (IpVersion::V4, L4Proto::Tcp) => 0,
+                (IpVersion::V4, L4Proto::Udp) => 1,
+                (IpVersion::V6, L4Proto::Tcp) => 2,
+                (IpVersion::V6, L4Proto::Udp) => 3,
+            },
+        }
+    }
+
+    fn ctrl(&self) -> MutexGuard<'_, Ctrl> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way
+        // that matters more than stopping the device, so take the data either way.
+        self.ctrl.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Install a rule. It is visible to `lookup` when this returns.
+    pub fn insert(&self, id: u32, key: FlowKey, action: Action, now_ns: u64) -> Result<(), FilterError> {
+        let mut c = self.ctrl();
+        if c.by_id.contains_key(&id) {
+            return Err(FilterError::DuplicateId(id));
+        }
+        if let Some(r) = self.map.get(&key) {
+            return Err(FilterError::DuplicateFlow { key, existing: r.id });
+        }
+        let p = self.partition_of(&key);
+        let part = &mut c.parts[p];
+        if part.rules_now >= part.capacity {
+            return Err(FilterError::TableFull { partition: part.name, capacity: part.capacity });
+        }
+        part.rules_now += 1;
+        part.rules_peak = part.rules_peak.max(part.rules_now);
+        part.inserts += 1;
+        c.by_id.insert(id, key);
+        let rule = Rule {
+            id,
+            key,
+            installed_ns: now_ns,
+            action: AtomicU32::new(action.encode()),
+            hits: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            last_hit_ns: AtomicU64::new(0),
+        };
+        self.map.insert(key, Arc::new(rule));
+        Ok(())
+    }
+
+    /// Change a rule's action (the driver moving a flow to another queue).
+    pub fn modify(&self, id: u32, action: Action) -> Result<(), FilterError> {
+        let mut c = self.ctrl();
+        let key = *c.by_id.get(&id).ok_or(FilterError::UnknownId(id))?;
+        if let Some(r) = self.map.get(&key) {
+            r.action.store(action.encode(), Ordering::Relaxed);
+        }
+        let p = self.partition_of(&key);
+        c.parts[p].modifies += 1;
+        Ok(())
+    }
+
+    pub fn delete(&self, id: u32) -> Result<RuleSnapshot, FilterError> {
+        let mut c = self.ctrl();
+        let key = c.by_id.remove(&id).ok_or(FilterError::UnknownId(id))?;
+        let p = self.partition_of(&key);
+        c.parts[p].rules_now -= 1;
+        c.parts[p].deletes += 1;
+        let (_, rule) = self.map.remove(&key).ok_or(FilterError::UnknownId(id))?;
+        Ok(rule.snapshot())
+    }
+
+    /// Remove every rule; returns how many there were.
+    pub fn flush(&self) -> usize {
+        let mut c = self.ctrl();
+        let n = c.by_id.len();
+        c.by_id.clear();
+        for p in &mut c.parts {
+            p.rules_now = 0;
+        }
+        self.map.clear();
+        n
+    }
+
+    /// Datapath lookup: the matching rule's id and action, counting the hit.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey, bytes: u64, now_ns: u64) -> Option<(u32, Action)> {
+        let r = self.map.get(key)?;
+        r.hits.fetch_add(1, Ordering::Relaxed);
+        r.bytes.fetch_add(bytes, Ordering::Relaxed);
+        r.last_hit_ns.store(now_ns, Ordering::Relaxed);
+        Some((r.id, Action::decode(r.action.load(Ordering::Relaxed))))
+    }
+
+    /// Look without counting.
+    pub fn peek(&self, key: &FlowKey) -> Option<RuleSnapshot> {
+        self.map.get(key).map(|r| r.snapshot())
+    }
+
+    pub fn get(&self, id: u32) -> Option<RuleSnapshot> {
+        let c = self.ctrl();
+        let key = c.by_id.get(&id)?;
+        self.map.get(key).map(|r| r.snapshot())
+    }
+
+    pub fn contains_id(&self, id: u32) -> bool {
+        self.ctrl().by_id.contains_key(&id)
+    }
+
+    /// Partition a known rule id counts against.
+    pub fn partition_of_id(&self, id: u32) -> Option<usize> {
+        let c = self.ctrl();
+        c.by_id.get(&id).map(|k| self.partition_of(k))
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Ids of rules idle (no hit, counted from install) for at least `idle_ns` at `now_ns`.
+    pub fn idle_rules(&self, now_ns: u64, idle_ns: u64) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .map
+            .iter()
+            .filter(|r| {
+                let last = r.last_hit_ns.load(Ordering::Relaxed).max(r.installed_ns);
+                now_ns.saturating_sub(last) >= idle_ns
+            })
+            .map(|r| r.id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn rules(&self) -> Vec<RuleSnapshot> {
+        let mut v: Vec<RuleSnapshot> = self.map.iter().map(|r| r.snapshot()).collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+
+    /// Count a rejected command against a partition (by errno name).
+    pub fn count_reject(&self, partition: usize, errno: i32) {
+        let mut c = self.ctrl();
+        if let Some(p) = c.parts.get_mut(partition) {
+            *p.rejects.entry(crate::model::errno::name(errno).to_string()).or_default() += 1;
+        }
+    }
+
+    pub fn stats(&self) -> Vec<PartitionStats> {
+        self.ctrl().parts.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u16, proto: L4Proto) -> FlowKey {
+        FlowKey::v4(proto, [10, 0, 0, 1], 1000 + i, [10, 0, 0, 2], 80)
+    }
+
+    #[test]
+    fn insert_lookup_modify_delete() {
+        let t = FilterTable::new(Layout::PerType, 4);
+        t.insert(7, key(1, L4Proto::Tcp), Action::Queue(3), 100).unwrap();
+        assert_eq!(t.lookup(&key(1, L4Proto::Tcp), 60, 200), Some((7, Action::Queue(3))));
+        assert_eq!(t.lookup(&key(2, L4Proto::Tcp), 60, 200), None);
+        t.modify(7, Action::Drop).unwrap();
+        assert_eq!(t.lookup(&key(1, L4Proto::Tcp), 40, 300), Some((7, Action::Drop)));
+        let snap = t.delete(7).unwrap();
+        assert_eq!((snap.hits, snap.bytes, snap.last_active_ns), (2, 100, 300));
+        assert_eq!(t.lookup(&key(1, L4Proto::Tcp), 1, 400), None);
+        let s = &t.stats()[0];
+        assert_eq!((s.inserts, s.modifies, s.deletes, s.rules_now, s.rules_peak), (1, 1, 1, 0, 1));
+    }
+
+    #[test]
+    fn errors_map_to_errno() {
+        let t = FilterTable::new(Layout::Shared, 2);
+        t.insert(1, key(1, L4Proto::Tcp), Action::Queue(0), 0).unwrap();
+        assert_eq!(t.insert(1, key(2, L4Proto::Tcp), Action::Queue(0), 0), Err(FilterError::DuplicateId(1)));
+        assert_eq!(
+            t.insert(2, key(1, L4Proto::Tcp), Action::Queue(0), 0),
+            Err(FilterError::DuplicateFlow { key: key(1, L4Proto::Tcp), existing: 1 })
+        );
+        t.insert(2, key(2, L4Proto::Udp), Action::Queue(0), 0).unwrap();
+        let full = t.insert(3, key(3, L4Proto::Tcp), Action::Queue(0), 0).unwrap_err();
+        assert_eq!(full.errno(), libc::ENOSPC);
+        assert_eq!(t.modify(9, Action::Drop).unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(t.delete(9).unwrap_err(), FilterError::UnknownId(9));
+    }
+
+    #[test]
+    fn per_type_capacity_is_per_partition() {
+        let t = FilterTable::new(Layout::PerType, 2);
+        for i in 0..2 {
+            t.insert(u32::from(i), key(i, L4Proto::Tcp), Action::Queue(0), 0).unwrap();
+        }
+        assert!(matches!(
+            t.insert(10, key(5, L4Proto::Tcp), Action::Queue(0), 0),
+            Err(FilterError::TableFull { partition: "ipv4-tcp", capacity: 2 })
+        ));
+        // The UDP table still has room.
+        t.insert(11, key(5, L4Proto::Udp), Action::Queue(0), 0).unwrap();
+        let v6 = FlowKey::v6(L4Proto::Tcp, [1; 16], 1, [2; 16], 2);
+        t.insert(12, v6, Action::Queue(1), 0).unwrap();
+        assert_eq!(t.partition_of(&v6), 2);
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.flush(), 4);
+        assert!(t.is_empty());
+        assert!(t.stats().iter().all(|p| p.rules_now == 0));
+    }
+
+    #[test]
+    fn idle_rules_use_install_time_until_first_hit() {
+        let t = FilterTable::new(Layout::Shared, 8);
+        t.insert(1, key(1, L4Proto::Udp), Action::Queue(0), 1_000).unwrap();
+        t.insert(2, key(2, L4Proto::Udp), Action::Queue(0), 1_000).unwrap();
+        t.lookup(&key(2, L4Proto::Udp), 1, 5_000);
+        assert_eq!(t.idle_rules(6_000, 4_000), vec![1]);
+        assert_eq!(t.idle_rules(9_000, 4_000), vec![1, 2]);
+    }
+}

@@ -1,0 +1,275 @@
+//! The NIC as the datapath sees it: classification (filter match → its queue or drop;
+//! otherwise RSS) and per-queue counters. Lookups are lock-free on the RSS side (the
+//! configuration is swapped atomically) and shard-locked on the filter side.
+
+use super::filter::{Action, FilterTable};
+use super::profile::Profile;
+use super::rss::{Rss, RssDecision, RssError};
+use crate::wire::{parse_frame, PacketInfo, ParseError};
+use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Per-RX-queue counters; relaxed atomics, one cache line per queue.
+#[derive(Default, Debug)]
+pub struct QueueCounters {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub rss_delivered: AtomicU64,
+    pub filter_delivered: AtomicU64,
+    /// Frames of the control protocol (completions, events) delivered.
+    pub control_delivered: AtomicU64,
+    /// The queue had no free buffers.
+    pub dropped_no_buffer: AtomicU64,
+    /// A filter with a drop action matched (counted on the queue RSS would have used).
+    pub dropped_by_filter: AtomicU64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueSnapshot {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rss_delivered: u64,
+    pub filter_delivered: u64,
+    pub control_delivered: u64,
+    pub dropped_no_buffer: u64,
+    pub dropped_by_filter: u64,
+}
+
+impl QueueCounters {
+    pub fn snapshot(&self) -> QueueSnapshot {
+        QueueSnapshot {
+            rx_packets: self.rx_packets.load(Relaxed),
+            rx_bytes: self.rx_bytes.load(Relaxed),
+            rss_delivered: self.rss_delivered.load(Relaxed),
+            filter_delivered: self.filter_delivered.load(Relaxed),
+            control_delivered: self.control_delivered.load(Relaxed),
+            dropped_no_buffer: self.dropped_no_buffer.load(Relaxed),
+            dropped_by_filter: self.dropped_by_filter.load(Relaxed),
+        }
+    }
+}
+
+/// Where one packet goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Destination RX queue; `None` when a drop filter matched.
+    pub queue: Option<u16>,
+    pub rss: RssDecision,
+    /// Id of the matching filter.
+    pub filter: Option<u32>,
+}
+
+/// Device-wide classification counters.
+#[derive(Default, Debug)]
+struct NicCounters {
+    malformed: AtomicU64,
+    unhashed: AtomicU64,
+    filter_bad_queue: AtomicU64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NicSnapshot {
+    pub queues: Vec<QueueSnapshot>,
+    pub malformed: u64,
+    pub unhashed: u64,
+    /// Filters whose queue does not exist: such packets fall back to RSS.
+    pub filter_bad_queue: u64,
+}
+
+pub struct Nic {
+    rss: ArcSwap<Rss>,
+    table: Arc<FilterTable>,
+    queues: Box<[CachePadded<QueueCounters>]>,
+    counters: NicCounters,
+}
+
+impl Nic {
+    pub fn new(profile: &Profile, queues: u16) -> Result<Nic, RssError> {
+        let rss = profile.build_rss(queues)?;
+        let table = Arc::new(FilterTable::new(profile.filter.layout, profile.filter.capacity));
+        Ok(Self::with_parts(rss, table))
+    }
+
+    pub fn with_parts(rss: Rss, table: Arc<FilterTable>) -> Nic {
+        let queues = (0..rss.queues()).map(|_| CachePadded::new(QueueCounters::default())).collect();
+        Nic { rss: ArcSwap::from_pointee(rss), table, queues, counters: NicCounters::default() }
+    }
+
+    pub fn table(&self) -> &Arc<FilterTable> {
+        &self.table
+    }
+
+    pub fn rss(&self) -> Arc<Rss> {
+        self.rss.load_full()
+    }
+
+    pub fn num_queues(&self) -> u16 {
+        self.queues.len() as u16
+    }
+
+    /// Replace the RSS configuration (e.g. after the guest enabled fewer queues).
+    pub fn set_rss(&self, rss: Rss) {
+        self.rss.store(Arc::new(rss));
+    }
+
+    /// Spread RSS over the enabled queues only.
+    pub fn set_enabled_queues(&self, enabled: &[bool]) {
+        let mut rss = (*self.rss.load_full()).clone();
+        rss.spread_over(enabled);
+        self.set_rss(rss);
+    }
+
+    /// Classify a parsed packet of `len` bytes at `now_ns`: filter first, RSS
+    /// otherwise. Counts the filter hit; delivery is counted by [`Nic::record`].
+    #[inline]
+    pub fn classify(&self, info: &PacketInfo, len: usize, now_ns: u64) -> Decision {
+        let rss = self.rss.load().decide(info);
+        if info.malformed {
+            self.counters.malformed.fetch_add(1, Relaxed);
+        }
+        if rss.hash.is_none() {
+            self.counters.unhashed.fetch_add(1, Relaxed);
+        }
+        if let Some(key) = info.flow_key() {
+            if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
+                return match action {
+                    Action::Queue(q) if usize::from(q) < self.queues.len() => {
+                        Decision { queue: Some(q), rss, filter: Some(id) }
+                    }
+                    Action::Queue(_) => {
+                        self.counters.filter_bad_queue.fetch_add(1, Relaxed);
+                        Decision { queue: Some(rss.queue), rss, filter: None }
+                    }
+                    Action::Drop => Decision { queue: None, rss, filter: Some(id) },
+                };
+            }
+        }
+        Decision { queue: Some(rss.queue), rss, filter: None }
+    }
+
+    /// Parse and classify a frame.
+    pub fn classify_frame(&self, frame: &[u8], now_ns: u64) -> Result<(PacketInfo, Decision), ParseError> {
+        let info = parse_frame(frame)?;
+        Ok((info, self.classify(&info, frame.len(), now_ns)))
+    }
+
+    /// Count the outcome of a decision: `delivered` false means the queue had no
+    /// buffer.
+    #[inline]
+    pub fn record(&self, d: &Decision, bytes: usize, delivered: bool) {
+        let Some(q) = d.queue else {
+            if let Some(c) = self.queues.get(usize::from(d.rss.queue)) {
+                c.dropped_by_filter.fetch_add(1, Relaxed);
+            }
+            return;
+        };
+        let Some(c) = self.queues.get(usize::from(q)) else { return };
+        if !delivered {
+            c.dropped_no_buffer.fetch_add(1, Relaxed);
+            return;
+        }
+        c.rx_packets.fetch_add(1, Relaxed);
+        c.rx_bytes.fetch_add(bytes as u64, Relaxed);
+        if d.filter.is_some() {
+            c.filter_delivered.fetch_add(1, Relaxed);
+        } else {
+            c.rss_delivered.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Count a control frame put on (or dropped from) queue `q`.
+    pub fn record_control(&self, q: u16, bytes: usize, delivered: bool) {
+        let Some(c) = self.queues.get(usize::from(q)) else { return };
+        if delivered {
+            c.rx_packets.fetch_add(1, Relaxed);
+            c.rx_bytes.fetch_add(bytes as u64, Relaxed);
+            c.control_delivered.fetch_add(1, Relaxed);
+        } else {
+            c.dropped_no_buffer.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> NicSnapshot {
+        NicSnapshot {
+            queues: self.queues.iter().map(|q| q.snapshot()).collect(),
+            malformed: self.counters.malformed.load(Relaxed),
+            unhashed: self.counters.unhashed.load(Relaxed),
+            filter_bad_queue: self.counters.filter_bad_queue.load(Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::L4Proto;
+    use etherparse::PacketBuilder;
+
+    fn frame(sport: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([66, 9, 149, 187], [161, 142, 100, 80], 64)
+            .tcp(sport, 1766, 1, 100)
+            .write(&mut v, b"payload")
+            .unwrap();
+        v
+    }
+
+    fn nic() -> Nic {
+        let p = Profile::parse("name = \"t\"\n[filter]\nlayout = \"per-type\"\ncapacity = 16\n").unwrap();
+        Nic::new(&p, 4).unwrap()
+    }
+
+    #[test]
+    fn rss_when_no_filter_then_filter_wins() {
+        let n = nic();
+        let f = frame(2794);
+        let (info, d) = n.classify_frame(&f, 0).unwrap();
+        assert_eq!(d.rss.hash.map(|h| h.0), Some(0x51ccc178));
+        assert_eq!(d.queue, Some((0x78 % 4) as u16));
+        assert_eq!(d.filter, None);
+        n.record(&d, f.len(), true);
+
+        n.table().insert(42, info.flow_key().unwrap(), Action::Queue(3), 0).unwrap();
+        let (_, d2) = n.classify_frame(&f, 1).unwrap();
+        assert_eq!((d2.queue, d2.filter), (Some(3), Some(42)));
+        n.record(&d2, f.len(), true);
+        n.record(&d2, f.len(), false);
+        let s = n.snapshot();
+        assert_eq!(s.queues[0].rss_delivered, 1);
+        assert_eq!(s.queues[3].filter_delivered, 1);
+        assert_eq!(s.queues[3].dropped_no_buffer, 1);
+        assert_eq!(s.queues.iter().map(|q| q.rx_packets).sum::<u64>(), 2);
+        assert_eq!(n.table().get(42).unwrap().hits, 1);
+    }
+
+    #[test]
+    fn drop_filter_and_bad_queue() {
+        let n = nic();
+        let k = crate::wire::FlowKey::v4(L4Proto::Tcp, [66, 9, 149, 187], 1, [161, 142, 100, 80], 1766);
+        n.table().insert(1, k, Action::Drop, 0).unwrap();
+        let (_, d) = n.classify_frame(&frame(1), 0).unwrap();
+        assert_eq!((d.queue, d.filter), (None, Some(1)));
+        n.record(&d, 60, true);
+        assert_eq!(n.snapshot().queues[usize::from(d.rss.queue)].dropped_by_filter, 1);
+
+        let k2 = crate::wire::FlowKey::v4(L4Proto::Tcp, [66, 9, 149, 187], 2, [161, 142, 100, 80], 1766);
+        n.table().insert(2, k2, Action::Queue(9), 0).unwrap();
+        let (_, d) = n.classify_frame(&frame(2), 0).unwrap();
+        assert_eq!((d.queue, d.filter), (Some(d.rss.queue), None));
+        assert_eq!(n.snapshot().filter_bad_queue, 1);
+    }
+
+    #[test]
+    fn enabled_queues_restrict_rss() {
+        let n = nic();
+        n.set_enabled_queues(&[true, true, false, false]);
+        for sport in 0..200 {
+            let (_, d) = n.classify_frame(&frame(sport), 0).unwrap();
+            assert!(d.queue.unwrap() < 2);
+        }
+    }
+}

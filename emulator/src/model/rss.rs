@@ -1,0 +1,389 @@
+//! Receive-side scaling: Toeplitz hash, virtio-net hash types and the indirection table.
+//!
+//! The hash is table driven: for every input byte position `i` and byte value `b` the
+//! XOR of the 32-bit key windows selected by the set bits of `b` is precomputed, so a
+//! hash is one table lookup and XOR per input byte (12 for TCPv4, 36 for TCPv6).
+
+use crate::wire::{Ip, L4Proto, PacketInfo};
+use std::fmt;
+
+/// Longest hash input: IPv6 source + destination + two ports.
+pub const MAX_INPUT: usize = 36;
+/// A key must cover the longest input plus one 32-bit window.
+pub const MIN_KEY_LEN: usize = MAX_INPUT + 4;
+/// Linux's default `netdev_rss_key` length and virtio-net's maximum are both 40 bytes;
+/// longer keys are accepted (the extra bytes are unused by a 36-byte input).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The Microsoft verification key, the default of every profile.
+pub const MICROSOFT_KEY: [u8; 40] = [
+    0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0, 0xd0, 0xca, 0x2b, 0xcb,
+    0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3, 0x80, 0x30, 0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RssError {
+    #[error("RSS key is {0} bytes; it needs at least {MIN_KEY_LEN} and at most {MAX_KEY_LEN}")]
+    KeyLength(usize),
+    #[error("indirection table size {0} is not a power of two between 1 and 65536")]
+    IndirSize(usize),
+    #[error("indirection table entry {slot} points at queue {queue}, but the device has {queues} queues")]
+    IndirQueue { slot: usize, queue: u16, queues: u16 },
+    #[error("the device needs at least one queue")]
+    NoQueues,
+}
+
+/// Table-driven Toeplitz hash for a fixed key.
+#[derive(Clone)]
+pub struct Toeplitz {
+    key: Vec<u8>,
+    table: Box<[[u32; 256]; MAX_INPUT]>,
+}
+
+impl fmt::Debug for Toeplitz {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Toeplitz(key={})", hex::encode(&self.key))
+    }
+}
+
+impl Toeplitz {
+    pub fn new(key: &[u8]) -> Result<Self, RssError> {
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+            return Err(RssError::KeyLength(key.len()));
+        }
+        // 32-bit window of the key starting at bit `bit` (big-endian bit order).
+        let window = |bit: usize| -> u32 {
+            let byte = bit / 8;
+            let mut w: u64 = 0;
+            for i in 0..5 {
+                w = (w << 8) | u64::from(*key.get(byte + i).unwrap_or(&0));
+            }
+            (w >> (8 - bit % 8)) as u32
+        };
+        let mut table = Box::new([[0u32; 256]; MAX_INPUT]);
+        for (pos, row) in table.iter_mut().enumerate() {
+            let bits: [u32; 8] = std::array::from_fn(|j| window(pos * 8 + j));
+            for (b, slot) in row.iter_mut().enumerate() {
+                let mut h = 0;
+                for (j, w) in bits.iter().enumerate() {
+                    if b & (0x80 >> j) != 0 {
+                        h ^= w;
+                    }
+                }
+                *slot = h;
+            }
+        }
+        Ok(Toeplitz { key: key.to_vec(), table })
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Hash of `input` (at most [`MAX_INPUT`] bytes; longer input is truncated).
+    #[inline]
+    pub fn hash(&self, input: &[u8]) -> u32 {
+        let mut h = 0;
+        for (row, &b) in self.table.iter().zip(input) {
+            h ^= row[usize::from(b)];
+        }
+        h
+    }
+
+    /// Bit-serial reference implementation (the textbook definition); used by tests
+    /// to cross-check the table.
+    pub fn hash_reference(key: &[u8], input: &[u8]) -> u32 {
+        let mut result = 0u32;
+        let mut k = u32::from_be_bytes([key[0], key[1], key[2], key[3]]);
+        let mut next = 32;
+        for &byte in input {
+            for bit in 0..8 {
+                if byte & (0x80 >> bit) != 0 {
+                    result ^= k;
+                }
+                let nb = key.get(next / 8).map_or(0, |kb| (kb >> (7 - next % 8)) & 1);
+                k = (k << 1) | u32::from(nb);
+                next += 1;
+            }
+        }
+        result
+    }
+}
+
+/// virtio-net `hash_types` bits (VIRTIO_NET_RSS_HASH_TYPE_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HashTypes(pub u32);
+
+impl HashTypes {
+    pub const IPV4: u32 = 1 << 0;
+    pub const TCPV4: u32 = 1 << 1;
+    pub const UDPV4: u32 = 1 << 2;
+    pub const IPV6: u32 = 1 << 3;
+    pub const TCPV6: u32 = 1 << 4;
+    pub const UDPV6: u32 = 1 << 5;
+    pub const ALL: HashTypes = HashTypes(0x3f);
+    pub const NAMES: [(&'static str, u32); 6] = [
+        ("ipv4", Self::IPV4),
+        ("tcpv4", Self::TCPV4),
+        ("udpv4", Self::UDPV4),
+        ("ipv6", Self::IPV6),
+        ("tcpv6", Self::TCPV6),
+        ("udpv6", Self::UDPV6),
+    ];
+
+    pub fn has(self, bit: u32) -> bool {
+        self.0 & bit != 0
+    }
+
+    pub fn from_name(name: &str) -> Option<u32> {
+        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+    }
+}
+
+/// Which hash type was applied (the virtio-net hash report value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashKind {
+    Ipv4,
+    Tcpv4,
+    Udpv4,
+    Ipv6,
+    Tcpv6,
+    Udpv6,
+}
+
+impl HashKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            HashKind::Ipv4 => "ipv4",
+            HashKind::Tcpv4 => "tcpv4",
+            HashKind::Udpv4 => "udpv4",
+            HashKind::Ipv6 => "ipv6",
+            HashKind::Tcpv6 => "tcpv6",
+            HashKind::Udpv6 => "udpv6",
+        }
+    }
+}
+
+/// The hash input chosen for a packet under `types`: the 4-tuple when its L4 type is
+/// enabled, else the 2-tuple when its IP type is enabled, else nothing (the packet goes
+/// to the unclassified queue, 0, as in virtio-net).
+pub fn hash_input(info: &PacketInfo, types: HashTypes, buf: &mut [u8; MAX_INPUT]) -> Option<(HashKind, usize)> {
+    let ip = info.ip?;
+    let l4 = info.l4;
+    let (addr_len, ip_kind, ip_bit, l4_kind) = match ip {
+        Ip::V4 { src, dst } => {
+            buf[..4].copy_from_slice(&src);
+            buf[4..8].copy_from_slice(&dst);
+            let l4k = l4.and_then(|p| match p.proto {
+                L4Proto::Tcp if types.has(HashTypes::TCPV4) => Some(HashKind::Tcpv4),
+                L4Proto::Udp if types.has(HashTypes::UDPV4) => Some(HashKind::Udpv4),
+                _ => None,
+            });
+            (8, HashKind::Ipv4, HashTypes::IPV4, l4k)
+        }
+        Ip::V6 { src, dst } => {
+            buf[..16].copy_from_slice(&src);
+            buf[16..32].copy_from_slice(&dst);
+            let l4k = l4.and_then(|p| match p.proto {
+                L4Proto::Tcp if types.has(HashTypes::TCPV6) => Some(HashKind::Tcpv6),
+                L4Proto::Udp if types.has(HashTypes::UDPV6) => Some(HashKind::Udpv6),
+                _ => None,
+            });
+            (32, HashKind::Ipv6, HashTypes::IPV6, l4k)
+        }
+    };
+    match (l4_kind, l4) {
+        (Some(kind), Some(p)) => {
+            buf[addr_len..addr_len + 2].copy_from_slice(&p.sport.to_be_bytes());
+            buf[addr_len + 2..addr_len + 4].copy_from_slice(&p.dport.to_be_bytes());
+            Some((kind, addr_len + 4))
+        }
+        _ if types.has(ip_bit) => Some((ip_kind, addr_len)),
+        _ => None,
+    }
+}
+
+/// The RSS result for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RssDecision {
+    pub hash: Option<(u32, HashKind)>,
+    /// Indirection slot used (None when the packet was not hashed).
+    pub slot: Option<usize>,
+    pub queue: u16,
+}
+
+/// An RSS configuration: key, hash types, indirection table.
+#[derive(Clone, Debug)]
+pub struct Rss {
+    toeplitz: Toeplitz,
+    types: HashTypes,
+    indir: Vec<u16>,
+    queues: u16,
+}
+
+impl Rss {
+    /// `indir_size` entries spread round-robin over all `queues`
+    /// (Linux's `ethtool_rxfh_indir_default`).
+    pub fn new(key: &[u8], types: HashTypes, indir_size: usize, queues: u16) -> Result<Self, RssError> {
+        if !indir_size.is_power_of_two() || indir_size > 65536 {
+            return Err(RssError::IndirSize(indir_size));
+        }
+        if queues == 0 {
+            return Err(RssError::NoQueues);
+        }
+        let toeplitz = Toeplitz::new(key)?;
+        let indir = (0..indir_size).map(|i| (i % usize::from(queues)) as u16).collect();
+        Ok(Rss { toeplitz, types, indir, queues })
+    }
+
+    /// Replace the indirection table (entries must name existing queues).
+    pub fn set_indirection(&mut self, indir: Vec<u16>) -> Result<(), RssError> {
+        if !indir.len().is_power_of_two() || indir.len() > 65536 {
+            return Err(RssError::IndirSize(indir.len()));
+        }
+        if let Some((slot, &queue)) = indir.iter().enumerate().find(|(_, &q)| q >= self.queues) {
+            return Err(RssError::IndirQueue { slot, queue, queues: self.queues });
+        }
+        self.indir = indir;
+        Ok(())
+    }
+
+    /// Spread the table over the enabled queues only (what a device does when the
+    /// driver enables fewer queue pairs, e.g. `ethtool -L`). With none enabled every
+    /// slot points at queue 0.
+    pub fn spread_over(&mut self, enabled: &[bool]) {
+        let on: Vec<u16> = (0..self.queues).filter(|&q| enabled.get(usize::from(q)).copied().unwrap_or(false)).collect();
+        let n = self.indir.len();
+        self.indir = if on.is_empty() { vec![0; n] } else { (0..n).map(|i| on[i % on.len()]).collect() };
+    }
+
+    pub fn queues(&self) -> u16 {
+        self.queues
+    }
+
+    pub fn indirection(&self) -> &[u16] {
+        &self.indir
+    }
+
+    pub fn hash_types(&self) -> HashTypes {
+        self.types
+    }
+
+    pub fn toeplitz(&self) -> &Toeplitz {
+        &self.toeplitz
+    }
+
+    #[inline]
+    pub fn decide(&self, info: &PacketInfo) -> RssDecision {
+        let mut buf = [0u8; MAX_INPUT];
+        match hash_input(info, self.types, &mut buf) {
+            Some((kind, len)) => {
+                let h = self.toeplitz.hash(&buf[..len]);
+                let slot = (h as usize) & (self.indir.len() - 1);
+                RssDecision { hash: Some((h, kind)), slot: Some(slot), queue: self.indir[slot] }
+            }
+            None => RssDecision { hash: None, slot: None, queue: 0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FlowKey, L4Ports};
+    use std::net::IpAddr;
+
+    fn info(flow: &str, l4: bool) -> PacketInfo {
+        let k: FlowKey = flow.parse().unwrap();
+        let ip = match (k.src_addr(), k.dst_addr()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ip::V4 { src: s.octets(), dst: d.octets() },
+            (IpAddr::V6(s), IpAddr::V6(d)) => Ip::V6 { src: s.octets(), dst: d.octets() },
+            _ => unreachable!(),
+        };
+        PacketInfo {
+            dst_mac: [0; 6],
+            src_mac: [0; 6],
+            ethertype: 0,
+            vlan: None,
+            ip: Some(ip),
+            l4: l4.then_some(L4Ports { proto: k.proto, sport: k.sport, dport: k.dport }),
+            fragment: false,
+            malformed: false,
+        }
+    }
+
+    /// Microsoft "Verifying the RSS Hash Calculation": (source, destination, IP-only
+    /// hash, TCP hash). Source comes first in the hash input.
+    const MS_VECTORS: [(&str, &str, u32, u32); 8] = [
+        ("66.9.149.187:2794", "161.142.100.80:1766", 0x323e8fc2, 0x51ccc178),
+        ("199.92.111.2:14230", "65.69.140.83:4739", 0xd718262a, 0xc626b0ea),
+        ("24.19.198.95:12898", "12.22.207.184:38024", 0xd2d0a5de, 0x5c2b394a),
+        ("38.27.205.30:48228", "209.142.163.6:2217", 0x82989176, 0xafc7327f),
+        ("153.39.163.191:44251", "202.188.127.2:1303", 0x5d1809c5, 0x10e828a2),
+        ("[3ffe:2501:200:1fff::7]:2794", "[3ffe:2501:200:3::1]:1766", 0x2cc18cd5, 0x40207d3d),
+        ("[3ffe:501:8::260:97ff:fe40:efab]:14230", "[ff02::1]:4739", 0x0f0c461c, 0xdde51bbf),
+        ("[3ffe:1900:4545:3:200:f8ff:fe21:67cf]:44251", "[fe80::200:f8ff:fe21:67cf]:38024", 0x4b61e985, 0x02d1feef),
+    ];
+
+    #[test]
+    fn microsoft_verification_vectors() {
+        let rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap();
+        for (src, dst, ip_only, tcp) in MS_VECTORS {
+            let flow = format!("tcp {src} {dst}");
+            let d = rss.decide(&info(&flow, true));
+            assert_eq!(d.hash.map(|h| h.0), Some(tcp), "TCP hash of {flow}");
+            let d = rss.decide(&info(&flow, false));
+            assert_eq!(d.hash.map(|h| h.0), Some(ip_only), "IP hash of {flow}");
+        }
+    }
+
+    #[test]
+    fn table_matches_bit_serial_reference() {
+        let key: Vec<u8> = (0..52u8).map(|i| i.wrapping_mul(37).wrapping_add(11)).collect();
+        let t = Toeplitz::new(&key).unwrap();
+        let input: Vec<u8> = (0..36u8).map(|i| i.wrapping_mul(91)).collect();
+        for len in [0, 1, 8, 12, 32, 36] {
+            assert_eq!(t.hash(&input[..len]), Toeplitz::hash_reference(&key, &input[..len]), "len {len}");
+        }
+    }
+
+    #[test]
+    fn hash_types_select_tuple() {
+        let flow = "udp 66.9.149.187:2794 161.142.100.80:1766";
+        let all = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap();
+        assert_eq!(all.decide(&info(flow, true)).hash.unwrap().1, HashKind::Udpv4);
+        // UDPv4 off: falls back to the 2-tuple.
+        let no_udp = Rss::new(&MICROSOFT_KEY, HashTypes(HashTypes::ALL.0 & !HashTypes::UDPV4), 128, 4).unwrap();
+        assert_eq!(no_udp.decide(&info(flow, true)).hash, Some((0x323e8fc2, HashKind::Ipv4)));
+        // Nothing for IPv4: unclassified queue 0, no slot.
+        let v6_only = Rss::new(&MICROSOFT_KEY, HashTypes(HashTypes::IPV6 | HashTypes::TCPV6), 128, 4).unwrap();
+        assert_eq!(v6_only.decide(&info(flow, true)), RssDecision { hash: None, slot: None, queue: 0 });
+    }
+
+    #[test]
+    fn indirection_maps_slot_to_queue() {
+        let rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 3).unwrap();
+        let d = rss.decide(&info("tcp 66.9.149.187:2794 161.142.100.80:1766", true));
+        assert_eq!(d.slot, Some(0x51ccc178 & 127));
+        assert_eq!(d.queue, (0x78 % 3) as u16);
+    }
+
+    #[test]
+    fn spread_over_enabled_queues_only() {
+        let mut rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 16, 4).unwrap();
+        rss.spread_over(&[true, false, true, false]);
+        assert!(rss.indirection().iter().all(|&q| q == 0 || q == 2));
+        assert_eq!(rss.indirection().iter().filter(|&&q| q == 2).count(), 8);
+    }
+
+    #[test]
+    fn rejects_bad_config() {
+        assert_eq!(Rss::new(&[0; 39], HashTypes::ALL, 128, 4).unwrap_err(), RssError::KeyLength(39));
+        assert_eq!(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 100, 4).unwrap_err(), RssError::IndirSize(100));
+        let mut r = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 4, 2).unwrap();
+        assert_eq!(
+            r.set_indirection(vec![0, 1, 2, 0]).unwrap_err(),
+            RssError::IndirQueue { slot: 2, queue: 2, queues: 2 }
+        );
+    }
+}
