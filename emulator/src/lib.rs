@@ -5,5 +5,6 @@
 //! engine, counters; no vhost imports) → `vhost` (vhost-user adapter) → traffic
 //! sources → reports.
 
+pub mod cli;
 pub mod model;
 pub mod wire;
