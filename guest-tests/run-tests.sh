@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test suite: lint, unit/property/integration tests of the emulator.
+# Run from the repository root on Debian 12 (as root when guest tests need installs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --locked --all-targets -- -D warnings
+
+step "cargo test"
+cargo test --locked --workspace
