@@ -1,0 +1,565 @@
+//! Device state shared by the vhost-user request handler, the worker threads and `RxPort`:
+//! guest memory, per-vring state (one mutex per vring), counters, link/queue state.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::ring::{RingAddrs, RingError, Seg, SplitRing};
+use super::{features, DeviceHooks, PairCounters, RxError, MAX_FRAME};
+
+/// Most RX buffers (descriptor chains) one MRG_RXBUF frame may span.
+const MAX_RX_BUFFERS: u16 = 1024;
+/// TX chains handled per lock hold / used-ring publication.
+pub(crate) const TX_BATCH: u16 = 64;
+
+#[derive(Default)]
+pub(crate) struct VringState {
+    pub addrs: RingAddrs,
+    pub addrs_set: bool,
+    pub base: u16,
+    pub ring: Option<SplitRing>,
+    pub kick: Option<File>,
+    pub call: Option<File>,
+    pub err: Option<File>,
+    pub enabled: bool,
+    // Scratch space, reused (bounded by MAX_CHAIN_SEGMENTS * buffers per frame).
+    segs: Vec<Seg>,
+    chains: Vec<(u16, usize, u64)>,
+    used: Vec<(u16, u32)>,
+}
+
+pub(crate) struct Vring {
+    pub st: Mutex<VringState>,
+    /// Mirrors of `st.enabled` / `st.ring.is_some()` for lock-free reads.
+    pub enabled: AtomicBool,
+    pub started: AtomicBool,
+}
+
+#[derive(Default)]
+struct PairCountersAtomic {
+    tx_frames: AtomicU64,
+    tx_bytes: AtomicU64,
+    tx_errors: AtomicU64,
+    rx_frames: AtomicU64,
+    rx_bytes: AtomicU64,
+    rx_no_buffers: AtomicU64,
+    rx_dropped: AtomicU64,
+    desc_errors: AtomicU64,
+    interrupts: AtomicU64,
+}
+
+impl PairCountersAtomic {
+    fn snapshot(&self) -> PairCounters {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PairCounters {
+            tx_frames: g(&self.tx_frames),
+            tx_bytes: g(&self.tx_bytes),
+            tx_errors: g(&self.tx_errors),
+            rx_frames: g(&self.rx_frames),
+            rx_bytes: g(&self.rx_bytes),
+            rx_no_buffers: g(&self.rx_no_buffers),
+            rx_dropped: g(&self.rx_dropped),
+            desc_errors: g(&self.desc_errors),
+            interrupts: g(&self.interrupts),
+        }
+    }
+}
+
+struct LinkState {
+    up: bool,
+    pair_on: Vec<bool>,
+}
+
+/// Epoll set of one worker thread (kick fds of the vrings it owns + an exit event).
+pub(crate) struct WorkerCtl {
+    pub epoll: Epoll,
+    pub exit: EventFd,
+}
+
+pub(crate) struct Device {
+    pub pairs: u16,
+    pub hooks: Arc<dyn DeviceHooks>,
+    pub vrings: Box<[Vring]>,
+    pub workers: Vec<WorkerCtl>,
+    pub stop: AtomicBool,
+    mem: RwLock<Option<Arc<GuestMemoryMmap>>>,
+    acked: AtomicU64,
+    counters: Box<[PairCountersAtomic]>,
+    link: Mutex<LinkState>,
+    pub connections: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub early_enables: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in a hook must not take the device down with poisoned locks.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn signal(call: &Option<File>) -> bool {
+    if let Some(f) = call {
+        let mut f: &File = f;
+        let _ = f.write(&1u64.to_ne_bytes());
+        true
+    } else {
+        false
+    }
+}
+
+impl Device {
+    pub fn new(pairs: u16, threads: usize, hooks: Arc<dyn DeviceHooks>) -> std::io::Result<Self> {
+        let vrings = (0..2 * usize::from(pairs))
+            .map(|_| Vring {
+                st: Mutex::new(VringState::default()),
+                enabled: AtomicBool::new(false),
+                started: AtomicBool::new(false),
+            })
+            .collect();
+        let mut workers = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let epoll = Epoll::new()?;
+            let exit = EventFd::new(libc::EFD_NONBLOCK)?;
+            epoll.ctl(
+                ControlOperation::Add,
+                exit.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, 0),
+            )?;
+            workers.push(WorkerCtl { epoll, exit });
+        }
+        Ok(Device {
+            pairs,
+            hooks,
+            vrings,
+            workers,
+            stop: AtomicBool::new(false),
+            mem: RwLock::new(None),
+            acked: AtomicU64::new(0),
+            counters: (0..pairs).map(|_| PairCountersAtomic::default()).collect(),
+            link: Mutex::new(LinkState {
+                up: false,
+                pair_on: vec![false; usize::from(pairs)],
+            }),
+            connections: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+            early_enables: AtomicU64::new(0),
+        })
+    }
+
+    pub fn worker_of(&self, vring: usize) -> usize {
+        (vring / 2) % self.workers.len()
+    }
+
+    pub fn mem(&self) -> Option<Arc<GuestMemoryMmap>> {
+        self.mem.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_mem(&self, mem: Option<GuestMemoryMmap>) {
+        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem.map(Arc::new);
+    }
+
+    pub fn acked_features(&self) -> u64 {
+        self.acked.load(Ordering::Acquire)
+    }
+
+    pub fn set_acked_features(&self, f: u64) {
+        self.acked.store(f, Ordering::Release);
+    }
+
+    fn hdr_len(&self) -> usize {
+        let f = self.acked_features();
+        if f & (features::VERSION_1 | features::MRG_RXBUF) != 0 {
+            12
+        } else {
+            10
+        }
+    }
+
+    pub fn counters(&self) -> Vec<PairCounters> {
+        self.counters.iter().map(|c| c.snapshot()).collect()
+    }
+
+    pub fn link_up(&self) -> bool {
+        lock(&self.link).up
+    }
+
+    pub fn pair_enabled(&self, pair: u16) -> bool {
+        let p = usize::from(pair);
+        p < usize::from(self.pairs)
+            && self.vrings[2 * p].enabled.load(Ordering::Acquire)
+            && self.vrings[2 * p + 1].enabled.load(Ordering::Acquire)
+    }
+
+    pub fn lock_vring(&self, idx: usize) -> MutexGuard<'_, VringState> {
+        lock(&self.vrings[idx].st)
+    }
+
+    /// Re-evaluates per-pair enable state and link state, calling the hooks on changes.
+    pub fn update_state(&self) {
+        let mut ls = lock(&self.link);
+        let mem_ok = self.mem().is_some();
+        let mut any_on = false;
+        let mut all_started = true;
+        for p in 0..self.pairs {
+            let on = self.pair_enabled(p);
+            if on != ls.pair_on[usize::from(p)] {
+                ls.pair_on[usize::from(p)] = on;
+                self.hooks.on_queue_state(p, on);
+            }
+            if on {
+                any_on = true;
+                let i = 2 * usize::from(p);
+                all_started &= self.vrings[i].started.load(Ordering::Acquire)
+                    && self.vrings[i + 1].started.load(Ordering::Acquire);
+            }
+        }
+        let up = mem_ok && any_on && all_started;
+        if up != ls.up {
+            ls.up = up;
+            log::info!("vhost: link {}", if up { "up" } else { "down" });
+            self.hooks.on_link(up);
+        }
+    }
+
+    pub fn set_enabled(&self, idx: usize, st: &mut VringState, on: bool) {
+        st.enabled = on;
+        self.vrings[idx].enabled.store(on, Ordering::Release);
+    }
+
+    /// Replaces the kick fd of vring `idx` (and its registration in the owning worker's epoll).
+    pub fn replace_kick(&self, idx: usize, st: &mut VringState, kick: Option<File>) {
+        let ep = &self.workers[self.worker_of(idx)].epoll;
+        if let Some(old) = st.kick.take() {
+            let _ = ep.ctl(
+                ControlOperation::Delete,
+                old.as_raw_fd(),
+                EpollEvent::default(),
+            );
+        }
+        if let Some(f) = kick {
+            set_nonblocking(&f);
+            if let Err(e) = ep.ctl(
+                ControlOperation::Add,
+                f.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, idx as u64 + 1),
+            ) {
+                log::warn!("vhost: vring {idx}: cannot poll kick fd: {e}");
+            }
+            st.kick = Some(f);
+        }
+    }
+
+    /// Starts vring `idx` (ring addresses must be set and valid in the current memory).
+    pub fn start_ring(&self, idx: usize, st: &mut VringState) -> Result<(), RingError> {
+        let mem = self.mem().ok_or(RingError::Memory)?;
+        if !st.addrs_set || !st.addrs.validate(&mem) {
+            return Err(RingError::BadAddress);
+        }
+        let event_idx = self.acked_features() & features::EVENT_IDX != 0;
+        st.ring = Some(SplitRing::start(&mem, st.addrs, st.base, event_idx)?);
+        self.vrings[idx].started.store(true, Ordering::Release);
+        if self.acked_features() & features::PROTOCOL_FEATURES == 0 {
+            // Without PROTOCOL_FEATURES a started ring is enabled (vhost-user spec).
+            self.set_enabled(idx, st, true);
+        }
+        Ok(())
+    }
+
+    /// Stops vring `idx`; returns the avail index to hand back in GET_VRING_BASE.
+    pub fn stop_ring(&self, idx: usize, st: &mut VringState) -> u16 {
+        if let Some(r) = st.ring.take() {
+            st.base = r.next_avail.0;
+        }
+        self.vrings[idx].started.store(false, Ordering::Release);
+        self.replace_kick(idx, st, None);
+        st.base
+    }
+
+    /// Drops all per-connection state (frontend gone, or RESET_OWNER).
+    pub fn reset(&self, drop_mem: bool) {
+        for idx in 0..self.vrings.len() {
+            let mut st = self.lock_vring(idx);
+            self.stop_ring(idx, &mut st);
+            self.set_enabled(idx, &mut st, false);
+            st.call = None;
+            st.err = None;
+            st.addrs = RingAddrs::default();
+            st.addrs_set = false;
+            st.base = 0;
+        }
+        if drop_mem {
+            self.set_mem(None);
+        }
+        self.set_acked_features(0);
+        self.update_state();
+    }
+
+    fn count(&self, pair: u16) -> &PairCountersAtomic {
+        &self.counters[usize::from(pair)]
+    }
+
+    /// Puts one frame into the RX vring of `pair` (see `RxPort::deliver`).
+    pub fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
+        if pair >= self.pairs {
+            return Err(RxError::NoSuchQueue);
+        }
+        let c = self.count(pair);
+        let res = self.deliver_inner(pair, frame);
+        match &res {
+            Ok(()) => {
+                c.rx_frames.fetch_add(1, Ordering::Relaxed);
+                c.rx_bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
+            }
+            Err(RxError::NoBuffers) => {
+                c.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                c.rx_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        res
+    }
+
+    fn deliver_inner(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
+        if frame.len() > MAX_FRAME {
+            return Err(RxError::TooLarge);
+        }
+        let mem = self.mem().ok_or(RxError::NotReady)?;
+        let idx = 2 * usize::from(pair);
+        let mut guard = self.lock_vring(idx);
+        let st = &mut *guard;
+        let Some(ring) = st.ring.as_mut() else {
+            return Err(RxError::NotReady);
+        };
+        if !st.enabled {
+            return Err(RxError::QueueDisabled);
+        }
+        let acked = self.acked_features();
+        let mrg = acked & features::MRG_RXBUF != 0;
+        let hdr_len = self.hdr_len();
+        let need = (hdr_len + frame.len()) as u64;
+        let pending = ring.pending(&mem).map_err(|e| self.desc_error(pair, e))?;
+        let max_bufs = if mrg {
+            pending.min(MAX_RX_BUFFERS)
+        } else {
+            pending.min(1)
+        };
+
+        st.segs.clear();
+        st.chains.clear();
+        let mut cap = 0u64;
+        let mut k = 0u16;
+        while cap < need && k < max_bufs {
+            let head = ring.head(&mem, k).map_err(|e| self.desc_error(pair, e))?;
+            let chain_cap = match ring.walk(&mem, head, true, &mut st.segs) {
+                Ok(0) => Err(RingError::WrongDirection),
+                other => other,
+            };
+            match chain_cap {
+                Ok(n) => {
+                    st.chains.push((head, st.segs.len(), n));
+                    cap += n;
+                    k += 1;
+                }
+                Err(e) => {
+                    // Malformed chain: hand back everything looked at so far with length 0
+                    // (the driver frees such buffers) and drop this frame.
+                    st.used.clear();
+                    st.used.extend(st.chains.iter().map(|&(h, _, _)| (h, 0)));
+                    st.used.push((head, 0));
+                    let old = ring.next_used;
+                    ring.consume(k + 1);
+                    let _ = ring.publish_used(&mem, &st.used);
+                    if ring.needs_notification(&mem, old) && signal(&st.call) {
+                        self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(self.desc_error(pair, e));
+                }
+            }
+        }
+        if cap < need {
+            return Err(if !mrg && pending > 0 {
+                RxError::TooLarge
+            } else {
+                RxError::NoBuffers
+            });
+        }
+
+        // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
+        let mut hdr = [0u8; 12];
+        hdr[10..12].copy_from_slice(&k.to_le_bytes());
+        let pieces: [&[u8]; 2] = [&hdr[..hdr_len], frame];
+        let mut piece = 0usize;
+        let mut off = 0usize;
+        st.used.clear();
+        let mut seg_start = 0usize;
+        let mut write_failed = false;
+        for &(head, seg_end, _) in &st.chains {
+            let mut written = 0u32;
+            for s in &st.segs[seg_start..seg_end] {
+                let mut room = s.len as usize;
+                let mut addr = s.addr;
+                while room > 0 && piece < pieces.len() {
+                    let src = &pieces[piece][off..];
+                    let n = src.len().min(room);
+                    if n > 0 && mem.write_slice(&src[..n], GuestAddress(addr)).is_err() {
+                        write_failed = true;
+                    }
+                    room -= n;
+                    addr += n as u64;
+                    off += n;
+                    written += n as u32;
+                    if off == pieces[piece].len() {
+                        piece += 1;
+                        off = 0;
+                    }
+                }
+            }
+            seg_start = seg_end;
+            st.used.push((head, if write_failed { 0 } else { written }));
+        }
+        let old = ring.next_used;
+        ring.consume(k);
+        let published = ring.publish_used(&mem, &st.used);
+        if ring.needs_notification(&mem, old) && signal(&st.call) {
+            self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(e) = published {
+            return Err(self.desc_error(pair, e));
+        }
+        if write_failed {
+            return Err(self.desc_error(pair, RingError::Memory));
+        }
+        Ok(())
+    }
+
+    fn desc_error(&self, pair: u16, e: RingError) -> RxError {
+        self.count(pair).desc_errors.fetch_add(1, Ordering::Relaxed);
+        log::debug!("vhost: pair {pair}: RX ring error: {e}");
+        RxError::Memory(e.to_string())
+    }
+
+    /// Drains the kick eventfd of vring `idx` (called by its worker).
+    pub fn drain_kick(&self, idx: usize) {
+        let st = self.lock_vring(idx);
+        if let Some(f) = &st.kick {
+            let mut f: &File = f;
+            let mut b = [0u8; 8];
+            let _ = f.read(&mut b);
+        }
+    }
+
+    /// Processes TX vring `idx`: every chain becomes one `on_tx` call (header stripped).
+    pub fn process_tx(&self, idx: usize, buf: &mut [u8]) {
+        let pair = (idx / 2) as u16;
+        let Some(mem) = self.mem() else {
+            return;
+        };
+        let hdr_len = self.hdr_len();
+        let c = self.count(pair);
+        let mut guard = self.lock_vring(idx);
+        let st = &mut *guard;
+        loop {
+            let Some(ring) = st.ring.as_mut() else {
+                return;
+            };
+            if !st.enabled {
+                return;
+            }
+            let n = match ring.pending(&mem) {
+                Ok(n) => n,
+                Err(e) => {
+                    c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                    log::debug!("vhost: pair {pair}: TX ring error: {e}");
+                    return;
+                }
+            };
+            if n == 0 {
+                match ring.enable_notification(&mem) {
+                    Ok(true) => continue,
+                    _ => return,
+                }
+            }
+            ring.disable_notification(&mem);
+            st.used.clear();
+            let mut broken = false;
+            for k in 0..n.min(TX_BATCH) {
+                let head = match ring.head(&mem, k) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                        broken = true;
+                        break;
+                    }
+                };
+                st.segs.clear();
+                match ring.walk(&mem, head, false, &mut st.segs) {
+                    Ok(total)
+                        if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len =>
+                    {
+                        c.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(total) => {
+                        let total = total as usize;
+                        let mut pos = 0usize;
+                        let mut ok = true;
+                        for s in &st.segs {
+                            let l = s.len as usize;
+                            if mem
+                                .read_slice(&mut buf[pos..pos + l], GuestAddress(s.addr))
+                                .is_err()
+                            {
+                                ok = false;
+                                break;
+                            }
+                            pos += l;
+                        }
+                        if ok {
+                            let frame = &buf[hdr_len..total];
+                            c.tx_frames.fetch_add(1, Ordering::Relaxed);
+                            c.tx_bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
+                            self.hooks.on_tx(pair, frame);
+                        } else {
+                            c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        log::debug!("vhost: pair {pair}: bad TX chain: {e}");
+                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                st.used.push((head, 0));
+            }
+            let old = ring.next_used;
+            ring.consume(st.used.len() as u16);
+            if ring.publish_used(&mem, &st.used).is_err() {
+                c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                broken = true;
+            }
+            if ring.needs_notification(&mem, old) && signal(&st.call) {
+                c.interrupts.fetch_add(1, Ordering::Relaxed);
+            }
+            if broken {
+                return;
+            }
+        }
+    }
+}
+
+fn set_nonblocking(f: &File) {
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl(F_GETFL/F_SETFL) on a file descriptor we own (kept alive by `f`); no
+    // memory is passed to the kernel. std offers no way to set O_NONBLOCK on a plain `File`.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Split virtqueue access in guest memory, written for a hostile driver.
+//!
+//! The backend reads the avail ring and the descriptor tables itself instead of going through
+//! `virtio_queue::Queue`, for two reasons:
+//! * RX must be able to look at the buffers the guest made available *without consuming them*
+//!   (a frame that does not fit is refused with `NoBuffers` and the buffers stay available), and
+//!   must publish all used elements of one MRG_RXBUF frame with a single `used.idx` store: Linux
+//!   `receive_mergeable()` drops the packet ("rx error: N buffers out of M missing") if it sees
+//!   the first element before the others.
+//! * every guest-controlled value (avail index, head index, descriptor address/length/next,
+//!   indirect tables) is checked here, with hard bounds on chain length, so a malformed ring is
+//!   a counted error and never a panic, an endless loop or an unbounded allocation.
+//!
+//! Layout (virtio 1.x, split ring): descriptor = {addr: le64, len: le32, flags: le16, next: le16};
+//! avail = {flags: le16, idx: le16, ring[size]: le16, used_event: le16};
+//! used = {flags: le16, idx: le16, ring[size]: {id: le32, len: le32}, avail_event: le16}.
+
+use std::num::Wrapping;
+use std::sync::atomic::{fence, Ordering};
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+const DESC_F_NEXT: u16 = 1;
+const DESC_F_WRITE: u16 = 2;
+const DESC_F_INDIRECT: u16 = 4;
+const AVAIL_F_NO_INTERRUPT: u16 = 1;
+const USED_F_NO_NOTIFY: u16 = 1;
+
+/// Largest queue size virtio allows for split rings.
+pub const MAX_QUEUE_SIZE: u16 = 32768;
+/// Hard cap on the number of data descriptors one chain may have (Linux uses at most
+/// MAX_SKB_FRAGS + 2 on TX and 1 per mergeable RX buffer).
+pub const MAX_CHAIN_SEGMENTS: usize = 1024;
+
+/// One guest buffer segment of a descriptor chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seg {
+    pub addr: u64,
+    pub len: u32,
+}
+
+/// Why a ring or chain could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error("avail index {avail} is more than queue size ahead of {next}")]
+    BadAvailIdx { avail: u16, next: u16 },
+    #[error("head index {0} out of range")]
+    BadHead(u16),
+    #[error("descriptor index {0} out of range")]
+    BadNext(u16),
+    #[error("descriptor chain longer than allowed")]
+    ChainTooLong,
+    #[error("nested or malformed indirect descriptor table")]
+    BadIndirect,
+    #[error("descriptor points outside guest memory")]
+    BadAddress,
+    #[error("descriptor with the wrong direction (read-only vs write-only)")]
+    WrongDirection,
+    #[error("guest memory access failed")]
+    Memory,
+}
+
+/// Guest physical addresses and size of one split ring.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RingAddrs {
+    pub size: u16,
+    pub desc: u64,
+    pub avail: u64,
+    pub used: u64,
+}
+
+impl RingAddrs {
+    /// Checks alignment and that all three areas lie in guest memory.
+    pub fn validate(&self, mem: &GuestMemoryMmap) -> bool {
+        let size = u64::from(self.size);
+        if self.size == 0 || !self.size.is_power_of_two() || self.size > MAX_QUEUE_SIZE {
+            return false;
+        }
+        if !self.desc.is_multiple_of(16)
+            || !self.avail.is_multiple_of(2)
+            || !self.used.is_multiple_of(4)
+        {
+            return false;
+        }
+        let areas = [
+            (self.desc, 16 * size),
+            (self.avail, 6 + 2 * size),
+            (self.used, 6 + 8 * size),
+        ];
+        areas.iter().all(|&(a, l)| range_ok(mem, a, l))
+    }
+}
+
+/// True if [addr, addr+len) is backed by guest memory (possibly over several regions).
+pub fn range_ok(mem: &GuestMemoryMmap, addr: u64, len: u64) -> bool {
+    if len == 0 {
+        return true;
+    }
+    match (addr.checked_add(len), usize::try_from(len)) {
+        (Some(_), Ok(l)) => GuestMemoryBackend::check_range(mem, GuestAddress(addr), l),
+        _ => false,
+    }
+}
+
+/// Device-side state of one started split ring.
+#[derive(Debug)]
+pub struct SplitRing {
+    pub addrs: RingAddrs,
+    pub next_avail: Wrapping<u16>,
+    pub next_used: Wrapping<u16>,
+    pub event_idx: bool,
+}
+
+fn add(a: u64, b: u64) -> Result<GuestAddress, RingError> {
+    a.checked_add(b)
+        .map(GuestAddress)
+        .ok_or(RingError::BadAddress)
+}
+
+impl SplitRing {
+    /// Starts a ring at `next_avail = base`; `next_used` is taken from the used ring in memory
+    /// (after a stop/start without a device reset the driver's view of `used.idx` is the truth).
+    pub fn start(
+        mem: &GuestMemoryMmap,
+        addrs: RingAddrs,
+        base: u16,
+        event_idx: bool,
+    ) -> Result<Self, RingError> {
+        let used_idx: u16 = mem
+            .load(add(addrs.used, 2)?, Ordering::Acquire)
+            .map_err(|_| RingError::Memory)?;
+        Ok(SplitRing {
+            addrs,
+            next_avail: Wrapping(base),
+            next_used: Wrapping(u16::from_le(used_idx)),
+            event_idx,
+        })
+    }
+
+    /// Number of chains the driver made available and we have not consumed yet.
+    pub fn pending(&self, mem: &GuestMemoryMmap) -> Result<u16, RingError> {
+        let idx: u16 = mem
+            .load(add(self.addrs.avail, 2)?, Ordering::Acquire)
+            .map_err(|_| RingError::Memory)?;
+        let idx = u16::from_le(idx);
+        let n = (Wrapping(idx) - self.next_avail).0;
+        if n > self.addrs.size {
+            return Err(RingError::BadAvailIdx {
+                avail: idx,
+                next: self.next_avail.0,
+            });
+        }
+        Ok(n)
+    }
+
+    /// Head descriptor index of the `k`-th unconsumed avail entry (`k < pending`).
+    pub fn head(&self, mem: &GuestMemoryMmap, k: u16) -> Result<u16, RingError> {
+        let slot = u64::from((self.next_avail + Wrapping(k)).0 % self.addrs.size);
+        let v: u16 = mem
+            .load(add(self.addrs.avail, 4 + 2 * slot)?, Ordering::Relaxed)
+            .map_err(|_| RingError::Memory)?;
+        let head = u16::from_le(v);
+        if head >= self.addrs.size {
+            return Err(RingError::BadHead(head));
+        }
+        Ok(head)
+    }
+
+    /// Walks the chain starting at `head`, appending its data segments to `out`. All segments
+    /// must have the direction `writable`; their ranges are checked against guest memory.
+    /// Returns the total byte length (bounded by `MAX_CHAIN_SEGMENTS * u32::MAX`).
+    pub fn walk(
+        &self,
+        mem: &GuestMemoryMmap,
+        head: u16,
+        writable: bool,
+        out: &mut Vec<Seg>,
+    ) -> Result<u64, RingError> {
+        let mut table = self.addrs.desc;
+        let mut table_len = u32::from(self.addrs.size);
+        let mut idx = u32::from(head);
+        let mut indirect = false;
+        let mut hops = 0usize;
+        let mut total = 0u64;
+        let start = out.len();
+        loop {
+            hops += 1;
+            if hops > MAX_CHAIN_SEGMENTS + 1 || out.len() - start >= MAX_CHAIN_SEGMENTS {
+                return Err(RingError::ChainTooLong);
+            }
+            if idx >= table_len {
+                return Err(RingError::BadNext(idx as u16));
+            }
+            let mut raw = [0u8; 16];
+            mem.read_slice(&mut raw, add(table, 16 * u64::from(idx))?)
+                .map_err(|_| RingError::Memory)?;
+            let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap_or_default());
+            let len = u32::from_le_bytes(raw[8..12].try_into().unwrap_or_default());
+            let flags = u16::from_le_bytes([raw[12], raw[13]]);
+            let next = u16::from_le_bytes([raw[14], raw[15]]);
+            if flags & DESC_F_INDIRECT != 0 {
+                // Only one level, only as the sole/last element of the main chain.
+                if indirect || !len.is_multiple_of(16) || len == 0 {
+                    return Err(RingError::BadIndirect);
+                }
+                let n = len / 16;
+                if n as usize > MAX_CHAIN_SEGMENTS || !range_ok(mem, addr, u64::from(len)) {
+                    return Err(RingError::BadIndirect);
+                }
+                indirect = true;
+                table = addr;
+                table_len = n;
+                idx = 0;
+                continue;
+            }
+            if (flags & DESC_F_WRITE != 0) != writable {
+                return Err(RingError::WrongDirection);
+            }
+            if len > 0 {
+                if !range_ok(mem, addr, u64::from(len)) {
+                    return Err(RingError::BadAddress);
+                }
+                out.push(Seg { addr, len });
+                total += u64::from(len);
+            }
+            if flags & DESC_F_NEXT == 0 {
+                return Ok(total);
+            }
+            idx = u32::from(next);
+        }
+    }
+
+    /// Marks `n` avail entries consumed.
+    pub fn consume(&mut self, n: u16) {
+        self.next_avail += Wrapping(n);
+    }
+
+    /// Writes the used elements and then publishes them all with one release store of
+    /// `used.idx`.
+    pub fn publish_used(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        elems: &[(u16, u32)],
+    ) -> Result<(), RingError> {
+        if elems.is_empty() {
+            return Ok(());
+        }
+        let size = self.addrs.size;
+        let mut pos = self.next_used;
+        for &(id, len) in elems {
+            let slot = u64::from(pos.0 % size);
+            let mut raw = [0u8; 8];
+            raw[..4].copy_from_slice(&u32::from(id).to_le_bytes());
+            raw[4..].copy_from_slice(&len.to_le_bytes());
+            mem.write_slice(&raw, add(self.addrs.used, 4 + 8 * slot)?)
+                .map_err(|_| RingError::Memory)?;
+            pos += Wrapping(1);
+        }
+        mem.store(
+            u16::to_le(pos.0),
+            add(self.addrs.used, 2)?,
+            Ordering::Release,
+        )
+        .map_err(|_| RingError::Memory)?;
+        self.next_used = pos;
+        Ok(())
+    }
+
+    /// Whether the driver wants an interrupt after `used.idx` moved from `old` to `next_used`.
+    pub fn needs_notification(&self, mem: &GuestMemoryMmap, old: Wrapping<u16>) -> bool {
+        fence(Ordering::SeqCst);
+        let size = u64::from(self.addrs.size);
+        if self.event_idx {
+            let Ok(a) = add(self.addrs.avail, 4 + 2 * size) else {
+                return true;
+            };
+            let Ok(ev) = mem.load::<u16>(a, Ordering::Relaxed) else {
+                return true;
+            };
+            let event = Wrapping(u16::from_le(ev));
+            let new = self.next_used;
+            // vring_need_event(event, new, old)
+            (new - event - Wrapping(1)) < (new - old)
+        } else {
+            match mem.load::<u16>(GuestAddress(self.addrs.avail), Ordering::Relaxed) {
+                Ok(f) => u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0,
+                Err(_) => true,
+            }
+        }
+    }
+
+    /// Asks the driver to kick when it adds chains after the ones we consumed (EVENT_IDX:
+    /// `avail_event = next_avail`; else clear NO_NOTIFY). Returns true if new chains arrived
+    /// meanwhile (the caller must process them, no kick will come for them).
+    pub fn enable_notification(&self, mem: &GuestMemoryMmap) -> Result<bool, RingError> {
+        let size = u64::from(self.addrs.size);
+        if self.event_idx {
+            mem.store(
+                u16::to_le(self.next_avail.0),
+                add(self.addrs.used, 4 + 8 * size)?,
+                Ordering::Relaxed,
+            )
+            .map_err(|_| RingError::Memory)?;
+        } else {
+            mem.store(0u16, GuestAddress(self.addrs.used), Ordering::Relaxed)
+                .map_err(|_| RingError::Memory)?;
+        }
+        fence(Ordering::SeqCst);
+        Ok(self.pending(mem)? != 0)
+    }
+
+    /// Asks the driver not to kick (only meaningful without EVENT_IDX).
+    pub fn disable_notification(&self, mem: &GuestMemoryMmap) {
+        if !self.event_idx {
+            let _ = mem.store(
+                u16::to_le(USED_F_NO_NOTIFY),
+                GuestAddress(self.addrs.used),
+                Ordering::Relaxed,
+            );
+        }
+    }
+}
