@@ -4,6 +4,7 @@
 //! Header validation is done by `etherparse`; this module only decides which fields
 //! feed RSS and the filter table. Measured cost is in `docs/architecture.md`.
 
+pub mod control;
 pub mod flow;
 pub mod parse;
 
