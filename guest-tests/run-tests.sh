@@ -11,3 +11,12 @@ cargo clippy --locked --all-targets -- -D warnings
 
 step "cargo test"
 cargo test --locked --workspace
+
+step "end-to-end: real QEMU and guest kernels"
+if [ "$(id -u)" = 0 ]; then
+    bash guest-tests/provision.sh
+else
+    echo "not root: skipping provisioning; guest-tests/provision.sh must have run" >&2
+fi
+cargo build --locked --release
+cargo test --locked --release --test e2e -- --ignored --test-threads=1 --nocapture

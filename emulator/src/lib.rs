@@ -6,5 +6,13 @@
 //! sources → reports.
 
 pub mod cli;
+pub mod clock;
+pub mod control;
+pub mod device;
 pub mod model;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod traffic;
 pub mod wire;
+pub mod vhost;

@@ -95,8 +95,27 @@ fn broken_profile_names_file_and_field() {
 
 #[test]
 fn help_for_every_command() {
-    for args in [&["--help"][..], &["classify", "--help"], &["profile", "--help"], &["profile", "check", "--help"]] {
+    for args in [&["--help"][..], &["classify", "--help"], &["profile", "--help"], &["profile", "check", "--help"], &["run", "--help"], &["serve", "--help"]] {
         let o = arfsnic(args);
         assert!(o.status.success() && stdout(&o).contains("Usage"), "{args:?}");
+    }
+}
+
+#[test]
+fn broken_scenario_names_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad-scenario.toml");
+    let base = std::fs::read_to_string(root().join("configs/scenarios/smoke.toml")).unwrap();
+    for (from, to, field) in [
+        ("cores = 2", "cores = 3", "vm.vcpus"),
+        ("pattern = \"none\"", "pattern = \"hop-everywhere\"", "guest.pattern"),
+        ("flows = 64", "flowz = 64", "traffic.flowz"),
+        ("queues = 4", "queues = 0", "nic.queues"),
+    ] {
+        std::fs::write(&f, base.replace(from, to)).unwrap();
+        let o = arfsnic(&["run", "--quiet", "--scenario", f.to_str().unwrap()]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("bad-scenario.toml") && err.contains(field), "{to}: {err}");
     }
 }

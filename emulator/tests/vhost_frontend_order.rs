@@ -12,44 +12,21 @@
 //! Without the early-enable workaround the backend drops the connection at the first
 //! SET_VRING_ENABLE and every later step fails; without the GET_QUEUE_NUM fix the queue count
 //! check fails.
+//!
+//! The frontend and the driver side of the rings live in `arfsnic::vhost::testing` (shared
+//! with `benches/loopback.rs`); the message order and the assertions are this test's.
 
-use std::fs::File;
-use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arfsnic::vhost::testing::{vring_state, DrvRing, Frontend, GuestMem, Vrings};
+use arfsnic::vhost::testing::req::{GET_FEATURES, SET_VRING_ENABLE};
 use arfsnic::vhost::{features, Backend, DeviceHooks, RxError, RxPort, ServeConfig};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
-use vmm_sys_util::eventfd::EventFd;
-use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-
-// vhost-user request codes.
-const GET_FEATURES: u32 = 1;
-const SET_FEATURES: u32 = 2;
-const SET_OWNER: u32 = 3;
-const SET_MEM_TABLE: u32 = 5;
-const SET_VRING_NUM: u32 = 8;
-const SET_VRING_ADDR: u32 = 9;
-const SET_VRING_BASE: u32 = 10;
-const GET_VRING_BASE: u32 = 11;
-const SET_VRING_KICK: u32 = 12;
-const SET_VRING_CALL: u32 = 13;
-const SET_VRING_ERR: u32 = 14;
-const GET_PROTOCOL_FEATURES: u32 = 15;
-const SET_PROTOCOL_FEATURES: u32 = 16;
-const GET_QUEUE_NUM: u32 = 17;
-const SET_VRING_ENABLE: u32 = 18;
-const NEED_REPLY: u32 = 0x8;
-const PROTO_MQ: u64 = 1 << 0;
-const PROTO_REPLY_ACK: u64 = 1 << 3;
+use vm_memory::{Bytes, GuestAddress};
 
 const MEM_SIZE: u64 = 4 << 20;
-/// Pretend frontend virtual address of guest physical 0 (what QEMU puts in user_addr).
-const USER_BASE: u64 = 0x7f12_0000_0000;
 const QSIZE: u16 = 16;
 const HDR: usize = 12;
 
@@ -87,347 +64,28 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Guest memory and split rings laid out by the test (the "driver").
+// The scripted frontend and driver come from `arfsnic::vhost::testing` (shared with the
+// loopback benchmark); these wrappers fix this test's memory size and queue size.
 
-struct Guest {
-    file: File,
-    mem: GuestMemoryMmap,
+fn new_guest() -> GuestMem {
+    GuestMem::new(MEM_SIZE).unwrap()
 }
 
-fn memfd(size: u64) -> File {
-    let name = c"vhost-test-guest";
-    // SAFETY: memfd_create with a valid NUL-terminated name; the returned fd is owned by the
-    // File constructed below and by nothing else.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create failed");
-    // SAFETY: fd is a fresh, valid file descriptor we own exclusively.
-    let f = unsafe { File::from_raw_fd(fd) };
-    f.set_len(size).unwrap();
-    f
+fn connect(path: &Path) -> Frontend {
+    Frontend::connect(path, Duration::from_secs(5)).unwrap()
 }
 
-impl Guest {
-    fn new() -> Self {
-        let file = memfd(MEM_SIZE);
-        let region = MmapRegion::<()>::from_file(
-            FileOffset::new(file.try_clone().unwrap(), 0),
-            MEM_SIZE as usize,
-        )
-        .unwrap();
-        let mem =
-            GuestMemoryMmap::from_regions(vec![
-                GuestRegionMmap::new(region, GuestAddress(0)).unwrap()
-            ])
-            .unwrap();
-        Guest { file, mem }
-    }
-}
-
-/// Driver-side view of one split ring: desc table, avail ring, used ring in guest memory.
-struct DrvRing {
-    desc: u64,
-    avail: u64,
-    used: u64,
-    next_desc: u16,
-    avail_idx: u16,
-    last_used: u16,
-}
-
-impl DrvRing {
-    fn for_vring(v: usize) -> Self {
-        let base = 0x1000 * (v as u64 + 1);
-        DrvRing {
-            desc: base,
-            avail: base + 16 * u64::from(QSIZE),
-            used: base + 0x800,
-            next_desc: 0,
-            avail_idx: 0,
-            last_used: 0,
-        }
-    }
-
-    /// Writes descriptor `i` of the table at `table`: (addr, len, flags, next).
-    fn write_desc(&self, g: &Guest, table: u64, i: u16, d: (u64, u32, u16, u16)) {
-        let (addr, len, flags, next) = d;
-        let mut raw = [0u8; 16];
-        raw[0..8].copy_from_slice(&addr.to_le_bytes());
-        raw[8..12].copy_from_slice(&len.to_le_bytes());
-        raw[12..14].copy_from_slice(&flags.to_le_bytes());
-        raw[14..16].copy_from_slice(&next.to_le_bytes());
-        g.mem
-            .write_slice(&raw, GuestAddress(table + 16 * u64::from(i)))
-            .unwrap();
-    }
-
-    /// Adds a chain of (addr, len, writable) segments; returns the head index.
-    fn add_chain(&mut self, g: &Guest, segs: &[(u64, u32, bool)]) -> u16 {
-        let head = self.next_desc;
-        for (k, &(addr, len, w)) in segs.iter().enumerate() {
-            let i = self.next_desc;
-            let last = k + 1 == segs.len();
-            let flags = if last { 0 } else { 1 } | if w { 2 } else { 0 };
-            self.write_desc(g, self.desc, i, (addr, len, flags, i + 1));
-            self.next_desc += 1;
-        }
-        self.publish(g, head);
-        head
-    }
-
-    /// Adds a chain through an indirect table at `table` (read-only segments).
-    fn add_indirect(&mut self, g: &Guest, table: u64, segs: &[(u64, u32)]) -> u16 {
-        for (k, &(addr, len)) in segs.iter().enumerate() {
-            let last = k + 1 == segs.len();
-            self.write_desc(
-                g,
-                table,
-                k as u16,
-                (addr, len, if last { 0 } else { 1 }, k as u16 + 1),
-            );
-        }
-        let head = self.next_desc;
-        self.write_desc(g, self.desc, head, (table, 16 * segs.len() as u32, 4, 0));
-        self.next_desc += 1;
-        self.publish(g, head);
-        head
-    }
-
-    fn publish(&mut self, g: &Guest, head: u16) {
-        let slot = u64::from(self.avail_idx % QSIZE);
-        g.mem
-            .write_obj(head.to_le(), GuestAddress(self.avail + 4 + 2 * slot))
-            .unwrap();
-        self.avail_idx = self.avail_idx.wrapping_add(1);
-        g.mem
-            .write_obj(self.avail_idx.to_le(), GuestAddress(self.avail + 2))
-            .unwrap();
-    }
-
-    fn used_idx(&self, g: &Guest) -> u16 {
-        u16::from_le(g.mem.read_obj(GuestAddress(self.used + 2)).unwrap())
-    }
-
-    /// Pops the next used element (id, len).
-    fn pop_used(&mut self, g: &Guest) -> Option<(u32, u32)> {
-        if self.used_idx(g) == self.last_used {
-            return None;
-        }
-        let slot = u64::from(self.last_used % QSIZE);
-        let id: u32 = g
-            .mem
-            .read_obj(GuestAddress(self.used + 4 + 8 * slot))
-            .unwrap();
-        let len: u32 = g
-            .mem
-            .read_obj(GuestAddress(self.used + 8 + 8 * slot))
-            .unwrap();
-        self.last_used = self.last_used.wrapping_add(1);
-        Some((u32::from_le(id), u32::from_le(len)))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Raw vhost-user frontend.
-
-struct Frontend {
-    sock: UnixStream,
-    reply_ack: bool,
-}
-
-fn vring_state(index: u32, num: u32) -> Vec<u8> {
-    let mut b = index.to_le_bytes().to_vec();
-    b.extend_from_slice(&num.to_le_bytes());
-    b
-}
-
-impl Frontend {
-    fn connect(path: &Path) -> Self {
-        let t = Instant::now();
-        loop {
-            match UnixStream::connect(path) {
-                Ok(sock) => {
-                    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                    return Frontend {
-                        sock,
-                        reply_ack: false,
-                    };
-                }
-                Err(_) if t.elapsed() < Duration::from_secs(5) => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(e) => panic!("connect: {e}"),
-            }
-        }
-    }
-
-    fn send(&self, code: u32, flags: u32, body: &[u8], fds: &[RawFd]) {
-        let mut msg = Vec::with_capacity(12 + body.len());
-        msg.extend_from_slice(&code.to_le_bytes());
-        msg.extend_from_slice(&(0x1 | flags).to_le_bytes());
-        msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        msg.extend_from_slice(body);
-        let n = self
-            .sock
-            .send_with_fds(&[&msg[..]], fds)
-            .unwrap_or_else(|e| panic!("send request {code}: backend dropped the connection? {e}"));
-        assert_eq!(n, msg.len());
-    }
-
-    fn recv_reply(&self, code: u32) -> Vec<u8> {
-        let mut hdr = [0u8; 12];
-        (&self.sock)
-            .read_exact(&mut hdr)
-            .unwrap_or_else(|e| panic!("reply to {code}: backend dropped the connection? {e}"));
-        let rcode = u32::from_le_bytes(hdr[0..4].try_into().unwrap());
-        let flags = u32::from_le_bytes(hdr[4..8].try_into().unwrap());
-        let size = u32::from_le_bytes(hdr[8..12].try_into().unwrap()) as usize;
-        assert_eq!(rcode, code, "reply code");
-        assert_ne!(flags & 0x4, 0, "reply flag");
-        let mut body = vec![0u8; size];
-        (&self.sock).read_exact(&mut body).unwrap();
-        body
-    }
-
-    fn get_u64(&self, code: u32) -> u64 {
-        self.send(code, 0, &[], &[]);
-        let b = self.recv_reply(code);
-        u64::from_le_bytes(b[..8].try_into().unwrap())
-    }
-
-    /// Sends a request; with REPLY_ACK and `need_reply`, waits for the ack and checks it is 0.
-    fn req(&self, code: u32, body: &[u8], fds: &[RawFd], need_reply: bool) {
-        let nr = need_reply && self.reply_ack;
-        self.send(code, if nr { NEED_REPLY } else { 0 }, body, fds);
-        if nr {
-            let b = self.recv_reply(code);
-            assert_eq!(
-                u64::from_le_bytes(b[..8].try_into().unwrap()),
-                0,
-                "NACK for {code}"
-            );
-        }
-    }
-
-    fn vring_fd(&self, code: u32, index: usize, fd: RawFd) {
-        self.req(code, &(index as u64).to_le_bytes(), &[fd], false);
-    }
-}
-
-struct Vrings {
-    kicks: Vec<EventFd>,
-    calls: Vec<EventFd>,
-    errs: Vec<EventFd>,
-    rings: Vec<DrvRing>,
-}
-
-/// Runs QEMU's start-up sequence for `pairs` queue pairs. Returns the driver's rings.
-/// `first`: a new connection (QEMU start); otherwise a guest reboot on the same connection,
-/// where QEMU goes straight to the early SET_VRING_ENABLE and DRIVER_OK sequence.
-fn qemu_startup(fe: &mut Frontend, g: &Guest, pairs: u16, first: bool) -> Vrings {
-    let nv = 2 * usize::from(pairs);
-    let v = Vrings {
-        kicks: (0..nv)
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
-            .collect(),
-        calls: (0..nv)
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
-            .collect(),
-        errs: (0..nv)
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK).unwrap())
-            .collect(),
-        rings: (0..nv).map(DrvRing::for_vring).collect(),
-    };
-    if first {
-        qemu_connect_sequence(fe, &v, pairs);
-    }
-    qemu_driver_ok(fe, g, v, pairs)
-}
-
-fn qemu_connect_sequence(fe: &mut Frontend, v: &Vrings, pairs: u16) {
-    let nv = 2 * usize::from(pairs);
-    let f = fe.get_u64(GET_FEATURES);
-    assert_eq!(f, features::OFFERED, "offered features");
-    let pf = fe.get_u64(GET_PROTOCOL_FEATURES);
-    assert_eq!(
-        pf & (PROTO_MQ | PROTO_REPLY_ACK),
-        PROTO_MQ | PROTO_REPLY_ACK
-    );
-    fe.req(
-        SET_PROTOCOL_FEATURES,
-        &(PROTO_MQ | PROTO_REPLY_ACK).to_le_bytes(),
-        &[],
-        false,
-    );
-    fe.reply_ack = true;
-    // QEMU reads this as queue PAIRS.
-    assert_eq!(
-        fe.get_u64(GET_QUEUE_NUM),
-        u64::from(pairs),
-        "GET_QUEUE_NUM must be pairs"
-    );
-    fe.req(SET_OWNER, &[], &[], false);
-    for i in 0..nv {
-        fe.vring_fd(SET_VRING_CALL, i, v.calls[i].as_raw_fd());
-        fe.vring_fd(SET_VRING_ERR, i, v.errs[i].as_raw_fd());
-    }
-}
-
-fn qemu_driver_ok(fe: &mut Frontend, g: &Guest, v: Vrings, pairs: u16) -> Vrings {
-    let nv = 2 * usize::from(pairs);
-    // The early enable, before any SET_FEATURES, need_reply = 0 (as QEMU sends it; on a new
-    // connection and again at every device reset).
-    for i in 0..nv {
-        let on = u32::from(i / 2 == 0);
-        fe.send(SET_VRING_ENABLE, 0, &vring_state(i as u32, on), &[]);
-    }
-    // DRIVER_OK.
-    let acked = features::OFFERED;
-    for _ in 0..pairs {
-        fe.req(SET_FEATURES, &acked.to_le_bytes(), &[], false);
-    }
-    let mut mt = Vec::new();
-    mt.extend_from_slice(&1u32.to_le_bytes()); // num_regions
-    mt.extend_from_slice(&0u32.to_le_bytes()); // padding
-    mt.extend_from_slice(&0u64.to_le_bytes()); // guest_phys_addr
-    mt.extend_from_slice(&MEM_SIZE.to_le_bytes()); // memory_size
-    mt.extend_from_slice(&USER_BASE.to_le_bytes()); // userspace_addr
-    mt.extend_from_slice(&0u64.to_le_bytes()); // mmap_offset
-    fe.req(SET_MEM_TABLE, &mt, &[g.file.as_raw_fd()], true);
-    for (i, r) in v.rings.iter().enumerate() {
-        fe.req(
-            SET_VRING_NUM,
-            &vring_state(i as u32, u32::from(QSIZE)),
-            &[],
-            false,
-        );
-        fe.req(SET_VRING_BASE, &vring_state(i as u32, 0), &[], false);
-        let mut a = Vec::new();
-        a.extend_from_slice(&(i as u32).to_le_bytes());
-        a.extend_from_slice(&0u32.to_le_bytes()); // flags
-        a.extend_from_slice(&(USER_BASE + r.desc).to_le_bytes());
-        a.extend_from_slice(&(USER_BASE + r.used).to_le_bytes());
-        a.extend_from_slice(&(USER_BASE + r.avail).to_le_bytes());
-        a.extend_from_slice(&0u64.to_le_bytes()); // log
-        fe.req(SET_VRING_ADDR, &a, &[], false);
-        fe.vring_fd(SET_VRING_KICK, i, v.kicks[i].as_raw_fd());
-        fe.vring_fd(SET_VRING_CALL, i, v.calls[i].as_raw_fd());
-    }
-    for i in 0..nv {
-        fe.send(SET_VRING_ENABLE, 0, &vring_state(i as u32, 1), &[]);
-    }
-    // Barrier: a request with a reply is answered only after the ones before it.
-    assert_eq!(fe.get_u64(GET_FEATURES), features::OFFERED);
+/// QEMU's start-up sequence for `pairs` queue pairs (see `Frontend::qemu_startup`). Panics
+/// with the backend's failure (dropped connection, NACK, wrong GET_QUEUE_NUM).
+fn qemu_startup(fe: &mut Frontend, g: &GuestMem, pairs: u16, first: bool) -> Vrings {
+    let v = fe.qemu_startup(g, pairs, QSIZE, first).unwrap();
+    // This test addresses buffers from BUF_BASE up: the rings must stay below.
+    assert!(DrvRing::layout_end(v.rings.len(), QSIZE) <= BUF_BASE);
     v
 }
 
 fn qemu_shutdown(fe: &Frontend, pairs: u16) -> Vec<u32> {
-    (0..2 * u32::from(pairs))
-        .map(|i| {
-            fe.send(GET_VRING_BASE, 0, &vring_state(i, 0), &[]);
-            let b = fe.recv_reply(GET_VRING_BASE);
-            assert_eq!(u32::from_le_bytes(b[0..4].try_into().unwrap()), i);
-            u32::from_le_bytes(b[4..8].try_into().unwrap())
-        })
-        .collect()
+    fe.qemu_shutdown(pairs).unwrap()
 }
 
 struct Setup {
@@ -483,13 +141,13 @@ const BUF_BASE: u64 = 0x10_0000;
 
 /// The full scenario for `pairs` queue pairs on one connection.
 fn run_scenario(s: &Setup, pairs: u16, round: u64) {
-    let mut fe = Frontend::connect(&s.path);
+    let mut fe = connect(&s.path);
     exercise(s, &mut fe, pairs, round, true);
 }
 
 /// Startup, TX/RX checks on every pair, `ethtool -L`, shutdown.
 fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
-    let g = Guest::new();
+    let g = new_guest();
     let c0 = s.backend.counters();
     let mut v = qemu_startup(fe, &g, pairs, first);
 
@@ -503,11 +161,11 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         let t = 2 * usize::from(p) + 1;
         let f = frame(60 + usize::from(p), p as u8 + round as u8);
         let a = BUF_BASE + 0x1_0000 * u64::from(p);
-        g.mem.write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-        g.mem
+        g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
+        g.mem()
             .write_slice(&f[..20], GuestAddress(a + HDR as u64))
             .unwrap();
-        g.mem
+        g.mem()
             .write_slice(&f[20..], GuestAddress(a + 0x800))
             .unwrap();
         let calls_before = v.calls[t].read().unwrap_or(0);
@@ -538,8 +196,8 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         let f = frame(1500, 99);
         let a = BUF_BASE + 0x8_0000;
         let table = BUF_BASE + 0x9_0000;
-        g.mem.write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-        g.mem.write_slice(&f, GuestAddress(a + 0x100)).unwrap();
+        g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
+        g.mem().write_slice(&f, GuestAddress(a + 0x100)).unwrap();
         v.rings[t].add_indirect(
             &g,
             table,
@@ -577,7 +235,7 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
             .expect("used element for small frame");
         assert_eq!((id, len), (0, (HDR + 100) as u32));
         let mut got = vec![0u8; HDR + 100];
-        g.mem.read_slice(&mut got, GuestAddress(base)).unwrap();
+        g.mem().read_slice(&mut got, GuestAddress(base)).unwrap();
         assert_eq!(&got[..10], &[0u8; 10], "virtio_net_hdr fields");
         assert_eq!(u16::from_le_bytes([got[10], got[11]]), 1, "num_buffers");
         assert_eq!(&got[HDR..], &f1[..]);
@@ -596,7 +254,7 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         let mut got = Vec::new();
         for (k, &(id, len)) in e.iter().enumerate() {
             let mut b = vec![0u8; len as usize];
-            g.mem
+            g.mem()
                 .read_slice(&mut b, GuestAddress(base + 0x400 * u64::from(id)))
                 .unwrap();
             if k == 0 {
@@ -638,9 +296,9 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
     // ---- ethtool -L: disable the last pair.
     let last = pairs - 1;
     for i in [2 * u32::from(last), 2 * u32::from(last) + 1] {
-        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[]);
+        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[]).unwrap();
     }
-    assert_eq!(fe.get_u64(GET_FEATURES), features::OFFERED);
+    assert_eq!(fe.get_u64(GET_FEATURES).unwrap(), features::OFFERED);
     assert_eq!(
         s.rx.deliver(last, &frame(64, 0)),
         Err(RxError::QueueDisabled)
@@ -662,7 +320,7 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
 #[test]
 fn guest_reboot_on_same_connection() {
     let s = Setup::new(2, None);
-    let mut fe = Frontend::connect(&s.path);
+    let mut fe = connect(&s.path);
     exercise(&s, &mut fe, 2, 0, true);
     s.rec.tx.lock().unwrap().clear();
     // Device reset + new driver: early enables again (now after an earlier SET_FEATURES),
@@ -678,8 +336,8 @@ fn guest_reboot_on_same_connection() {
 #[test]
 fn concurrent_delivery_without_rx_kicks() {
     let s = Setup::new(2, None);
-    let g = Guest::new();
-    let mut fe = Frontend::connect(&s.path);
+    let g = new_guest();
+    let mut fe = connect(&s.path);
     let mut v = qemu_startup(&mut fe, &g, 2, true);
     wait_for("link up", || s.rx.link_up());
     const PER_THREAD: usize = 2000;
@@ -721,7 +379,7 @@ fn concurrent_delivery_without_rx_kicks() {
             let r = 2 * p;
             while let Some((id, len)) = v.rings[r].pop_used(&g) {
                 let mut b = vec![0u8; len as usize];
-                g.mem
+                g.mem()
                     .read_slice(&mut b, GuestAddress(buf_addr(p, id as u16)))
                     .unwrap();
                 assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1, "num_buffers");
@@ -799,8 +457,8 @@ fn two_frontends_back_to_back() {
 #[test]
 fn hostile_descriptors_are_counted_not_fatal() {
     let s = Setup::new(2, None);
-    let g = Guest::new();
-    let mut fe = Frontend::connect(&s.path);
+    let g = new_guest();
+    let mut fe = connect(&s.path);
     let mut v = qemu_startup(&mut fe, &g, 2, true);
     wait_for("link up", || s.rx.link_up());
     let t = 1usize;
@@ -824,8 +482,8 @@ fn hostile_descriptors_are_counted_not_fatal() {
     // 6. A good frame after all that.
     let f = frame(80, 42);
     let a = BUF_BASE + 0x4_0000;
-    g.mem.write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-    g.mem.write_slice(&f, GuestAddress(a + HDR as u64)).unwrap();
+    g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
+    g.mem().write_slice(&f, GuestAddress(a + HDR as u64)).unwrap();
     v.rings[t].add_chain(&g, &[(a, (HDR + 80) as u32, false)]);
     v.kicks[t].write(1).unwrap();
     wait_for("good frame after bad ones", || {
@@ -860,7 +518,7 @@ fn hostile_descriptors_are_counted_not_fatal() {
     );
     assert_eq!(s.rx.deliver(0, &vec![0u8; 65_551]), Err(RxError::TooLarge));
     // A broken avail index (more than queue size ahead) on pair 1's RX ring.
-    g.mem
+    g.mem()
         .write_obj(0x4000u16.to_le(), GuestAddress(v.rings[2].avail + 2))
         .unwrap();
     assert!(matches!(
@@ -871,7 +529,7 @@ fn hostile_descriptors_are_counted_not_fatal() {
     v.rings[r].add_chain(&g, &[(BUF_BASE + 0x1000, 2048, true)]);
     s.rx.deliver(0, &frame(64, 0)).unwrap();
     // And the connection is still alive.
-    assert_eq!(fe.get_u64(GET_FEATURES), features::OFFERED);
+    assert_eq!(fe.get_u64(GET_FEATURES).unwrap(), features::OFFERED);
     assert!(s.rx.link_up());
 }
 
@@ -882,8 +540,8 @@ fn hostile_descriptors_are_counted_not_fatal() {
 fn random_rings_never_panic() {
     let s = Setup::new(2, None);
     {
-        let g = Guest::new();
-        let mut fe = Frontend::connect(&s.path);
+        let g = new_guest();
+        let mut fe = connect(&s.path);
         let v = qemu_startup(&mut fe, &g, 2, true);
         wait_for("link up", || s.rx.link_up());
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -913,13 +571,13 @@ fn random_rings_never_panic() {
                     let next = (rnd() % 24) as u16;
                     r.write_desc(&g, r.desc, i, (addr, len, flags, next));
                     let head = (rnd() % 20) as u16;
-                    g.mem
+                    g.mem()
                         .write_obj(head, GuestAddress(r.avail + 4 + 2 * u64::from(i)))
                         .unwrap();
                 }
                 let idx = (rnd() % 40) as u16;
-                g.mem.write_obj(idx, GuestAddress(r.avail + 2)).unwrap();
-                g.mem
+                g.mem().write_obj(idx, GuestAddress(r.avail + 2)).unwrap();
+                g.mem()
                     .write_obj(
                         (rnd() % 40) as u16,
                         GuestAddress(r.avail + 4 + 2 * u64::from(QSIZE)),
@@ -936,7 +594,7 @@ fn random_rings_never_panic() {
         let errs: u64 = c.pairs.iter().map(|p| p.desc_errors + p.tx_errors).sum();
         assert!(errs > 0, "garbage must be counted");
         // The connection survived the garbage.
-        assert_eq!(fe.get_u64(GET_FEATURES), features::OFFERED);
+        assert_eq!(fe.get_u64(GET_FEATURES).unwrap(), features::OFFERED);
     }
     // The frontend is gone: wait until the backend has reset (no ring of the garbage
     // connection is processed any more), then serve a well-behaved one.

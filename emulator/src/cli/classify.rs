@@ -4,11 +4,10 @@ use crate::model::filter::{Action, FilterTable};
 use crate::model::nic::Nic;
 use crate::model::profile::{load_toml, Profile};
 use crate::model::rss::Rss;
-use crate::wire::{FlowKey, Ip, L4Ports, PacketInfo};
+use crate::wire::{FlowKey, PacketInfo};
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Deserialize;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -73,25 +72,6 @@ pub fn load_rules(path: &Path, table: &FilterTable, queues: u16) -> anyhow::Resu
     Ok(f.rule.len())
 }
 
-fn packet_of(key: &FlowKey) -> PacketInfo {
-    let ip = match (key.src_addr(), key.dst_addr()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => Ip::V4 { src: s.octets(), dst: d.octets() },
-        (IpAddr::V6(s), IpAddr::V6(d)) => Ip::V6 { src: s.octets(), dst: d.octets() },
-        // FlowKey::from_str never mixes families.
-        _ => Ip::V4 { src: [0; 4], dst: [0; 4] },
-    };
-    PacketInfo {
-        dst_mac: [0; 6],
-        src_mac: [0; 6],
-        ethertype: if matches!(ip, Ip::V4 { .. }) { 0x0800 } else { 0x86dd },
-        vlan: None,
-        ip: Some(ip),
-        l4: Some(L4Ports { proto: key.proto, sport: key.sport, dport: key.dport }),
-        fragment: false,
-        malformed: false,
-    }
-}
-
 pub fn run(a: &ClassifyArgs) -> anyhow::Result<()> {
     let profile = Profile::load(&a.profile)?;
     let key_hex = a.key.clone().unwrap_or_else(|| profile.rss.key.clone());
@@ -113,7 +93,7 @@ pub fn run(a: &ClassifyArgs) -> anyhow::Result<()> {
     }
     let flow: FlowKey = a.flow.parse().context("--flow")?;
     let nic = Nic::with_parts(rss, table);
-    let d = nic.classify(&packet_of(&flow), 0, 0);
+    let d = nic.classify(&PacketInfo::from_flow(&flow), 0, 0);
     let hash = d.rss.hash.map(|h| format!("{:#010x}", h.0)).unwrap_or_else(|| "none".into());
     let slot = d.rss.slot.map_or("none".to_string(), |s| s.to_string());
     let queue = d.queue.map_or("drop".to_string(), |q| q.to_string());

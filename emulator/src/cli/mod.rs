@@ -1,6 +1,7 @@
 //! The `arfsnic` command line.
 
 pub mod classify;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -22,6 +23,35 @@ pub enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
+    /// Run a scenario: backend + QEMU + guest kernel, traffic, JSON report.
+    Run(RunArgs),
+    /// Serve the emulated NIC on a vhost-user socket for a QEMU you start yourself (see qemu/README.md).
+    Serve(serve::ServeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Scenario file, e.g. configs/scenarios/smoke.toml.
+    #[arg(long)]
+    pub scenario: PathBuf,
+    /// Write the JSON report here.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+    /// auto (KVM if it really works, else TCG), kvm or tcg; overrides the scenario.
+    #[arg(long)]
+    pub accel: Option<String>,
+    /// Guest kernel: debian-6.1, debian-6.12 or a bzImage path; overrides the scenario.
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// Kernel tree to build the guest module against (with --kernel PATH).
+    #[arg(long)]
+    pub kdir: Option<PathBuf>,
+    /// Directory for serial logs and QEMU command lines (default: .cache/runs/<scenario>).
+    #[arg(long)]
+    pub logdir: Option<PathBuf>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -39,6 +69,8 @@ pub fn main() -> ExitCode {
     let r = match cli.command {
         Command::Classify(a) => classify::run(&a),
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
+        Command::Run(a) => run(&a),
+        Command::Serve(a) => serve::run(&a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -47,6 +79,27 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run(a: &RunArgs) -> anyhow::Result<()> {
+    let opts = crate::runner::RunOptions {
+        accel: a.accel.clone(),
+        kernel: a.kernel.clone(),
+        kdir: a.kdir.clone(),
+        logdir: a.logdir.clone(),
+        quiet: a.quiet,
+    };
+    let report = crate::runner::run_scenario(&a.scenario, &opts)?;
+    let text = serde_json::to_string_pretty(&report)?;
+    match &a.json {
+        Some(p) => {
+            std::fs::write(p, &text)?;
+            eprintln!("report written to {}", p.display());
+        }
+        None => println!("{text}"),
+    }
+    print!("{}", crate::report::summary_table(&report));
+    Ok(())
 }
 
 fn profile_check(file: &std::path::Path) -> anyhow::Result<()> {

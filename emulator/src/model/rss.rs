@@ -249,12 +249,16 @@ impl Rss {
     }
 
     /// Spread the table over the enabled queues only (what a device does when the
-    /// driver enables fewer queue pairs, e.g. `ethtool -L`). With none enabled every
-    /// slot points at queue 0.
+    /// driver enables fewer queue pairs, e.g. `ethtool -L`). With none enabled (device
+    /// reset, driver gone) the table is left as it was: nothing is delivered then anyway,
+    /// and reports can still ask where a flow went.
     pub fn spread_over(&mut self, enabled: &[bool]) {
         let on: Vec<u16> = (0..self.queues).filter(|&q| enabled.get(usize::from(q)).copied().unwrap_or(false)).collect();
+        if on.is_empty() {
+            return;
+        }
         let n = self.indir.len();
-        self.indir = if on.is_empty() { vec![0; n] } else { (0..n).map(|i| on[i % on.len()]).collect() };
+        self.indir = (0..n).map(|i| on[i % on.len()]).collect();
     }
 
     pub fn queues(&self) -> u16 {
@@ -374,6 +378,9 @@ mod tests {
         rss.spread_over(&[true, false, true, false]);
         assert!(rss.indirection().iter().all(|&q| q == 0 || q == 2));
         assert_eq!(rss.indirection().iter().filter(|&&q| q == 2).count(), 8);
+        let before = rss.indirection().to_vec();
+        rss.spread_over(&[false; 4]);
+        assert_eq!(rss.indirection(), &before[..], "a reset keeps the last table");
     }
 
     #[test]

@@ -55,6 +55,7 @@
 mod device;
 mod handler;
 pub mod ring;
+pub mod testing;
 
 use std::fmt;
 use std::os::unix::net::UnixListener;

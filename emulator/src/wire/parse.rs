@@ -68,6 +68,29 @@ impl PacketInfo {
     pub fn is_control(&self) -> bool {
         self.ethertype == CONTROL_ETHERTYPE
     }
+
+    /// The packet a flow key describes (for asking the NIC where a flow goes).
+    pub fn from_flow(key: &FlowKey) -> PacketInfo {
+        let (ethertype, ip) = match key.version {
+            IpVersion::V4 => {
+                let (mut s, mut d) = ([0u8; 4], [0u8; 4]);
+                s.copy_from_slice(&key.src[..4]);
+                d.copy_from_slice(&key.dst[..4]);
+                (0x0800, Ip::V4 { src: s, dst: d })
+            }
+            IpVersion::V6 => (0x86dd, Ip::V6 { src: key.src, dst: key.dst }),
+        };
+        PacketInfo {
+            dst_mac: [0; 6],
+            src_mac: [0; 6],
+            ethertype,
+            vlan: None,
+            ip: Some(ip),
+            l4: Some(L4Ports { proto: key.proto, sport: key.sport, dport: key.dport }),
+            fragment: false,
+            malformed: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

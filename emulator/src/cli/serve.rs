@@ -1,0 +1,101 @@
+//! `arfsnic serve`: the emulated NIC on a vhost-user socket, for a hand-launched QEMU.
+
+use crate::clock::Clock;
+use crate::device::EmulatedNic;
+use crate::model::nic::Nic;
+use crate::model::profile::Profile;
+use crate::vhost::{Backend, ServeConfig};
+use anyhow::{anyhow, Context};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// vhost-user socket path to create (QEMU: -chardev socket,path=PATH).
+    #[arg(long)]
+    pub socket: PathBuf,
+    /// NIC profile (TOML), e.g. configs/mlx5-cx6.toml.
+    #[arg(long)]
+    pub profile: PathBuf,
+    /// Queue pairs (default: the profile's device.queues). QEMU's queues= must match.
+    #[arg(long)]
+    pub queues: Option<u16>,
+    /// The guest's MAC (QEMU's mac=): device-initiated control events are addressed to it.
+    #[arg(long)]
+    pub mac: Option<String>,
+    /// Worker threads (default: one per queue pair).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Connect the wire to this host tap device (multiqueue, vnet header) instead of the
+    /// built-in link partner.
+    #[arg(long)]
+    pub tap: Option<String>,
+    /// Stop after serving this many QEMU connections (default: run until killed).
+    #[arg(long)]
+    pub connections: Option<u64>,
+}
+
+pub fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(anyhow!("--mac {s:?}: expected six hex bytes like 52:54:00:12:34:56"));
+    }
+    let mut m = [0u8; 6];
+    for (i, p) in parts.iter().enumerate() {
+        m[i] = u8::from_str_radix(p, 16).map_err(|_| anyhow!("--mac {s:?}: {p:?} is not a hex byte"))?;
+    }
+    Ok(m)
+}
+
+pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
+    let profile = Profile::load(&a.profile)?;
+    let queues = a.queues.unwrap_or(profile.device.queues);
+    let nic = Arc::new(Nic::new(&profile, queues).map_err(|e| anyhow!("--queues {queues}: {e}"))?);
+    let emu = EmulatedNic::new(nic, Clock::new());
+    let mut cfg = ServeConfig::new(&a.socket, queues);
+    cfg.threads = a.threads;
+    cfg.mac = a.mac.as_deref().map(parse_mac).transpose()?;
+    let cfg_mac = cfg.mac;
+    let backend = Backend::new(cfg, emu.clone()).with_context(|| format!("--socket {}", a.socket.display()))?;
+    emu.attach_rx(backend.rx_port());
+    let ctl = crate::control::ControlRuntime::attach(&profile, &emu, queues).context("starting the control plane")?;
+    if let Some(m) = cfg_mac {
+        ctl.set_guest_mac(m);
+    }
+    if let Some(tap) = &a.tap {
+        let peer = crate::traffic::tap::TapPeer::open(tap, queues).with_context(|| format!("--tap {tap}"))?;
+        peer.start(emu.clone()).with_context(|| format!("--tap {tap}"))?;
+        emu.set_peer(Some(peer));
+    }
+    log::info!(
+        "serving profile {:?} with {queues} queue pairs on {} ({})",
+        profile.name,
+        a.socket.display(),
+        if a.tap.is_some() { "tap" } else { "no traffic source: frames from the guest are counted and dropped" }
+    );
+    let stop = AtomicBool::new(false);
+    let mut served = 0u64;
+    loop {
+        if backend.serve_one(&stop)? {
+            served += 1;
+            let c = backend.counters();
+            let n = emu.nic.snapshot();
+            let f = ctl.snapshot().filter;
+            log::info!(
+                "frontend {served} disconnected: tx {:?} rx {:?}; filters: {} adds, {} mods, {} dels, rejects {:?}, {} live",
+                c.pairs.iter().map(|p| p.tx_frames).collect::<Vec<_>>(),
+                n.queues.iter().map(|q| q.rx_packets).collect::<Vec<_>>(),
+                f.adds,
+                f.mods,
+                f.dels,
+                f.rejects,
+                f.rules_now
+            );
+        }
+        if a.connections.is_some_and(|n| served >= n) || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    }
+}

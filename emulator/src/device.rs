@@ -1,0 +1,152 @@
+//! The emulated NIC assembled: the vhost-user backend's hooks wired to the NIC model,
+//! the traffic source and the control plane.
+
+use crate::clock::Clock;
+use crate::model::nic::Nic;
+use crate::traffic::{Delivery, GuestPeer, ToGuest};
+use crate::vhost::{DeviceHooks, RxError, RxPort};
+use crate::wire::CONTROL_ETHERTYPE;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// Receives the guest's control frames (EtherType 0x88B5) from any TX queue.
+pub trait ControlPlane: Send + Sync + 'static {
+    fn on_control_frame(&self, pair: u16, frame: &[u8]);
+}
+
+/// Counters of the glue itself.
+#[derive(Default, Debug)]
+pub struct GlueCounters {
+    pub control_frames: AtomicU64,
+    pub data_frames_tx: AtomicU64,
+    pub rx_not_ready: AtomicU64,
+    pub rx_errors: AtomicU64,
+}
+
+pub struct EmulatedNic {
+    pub nic: Arc<Nic>,
+    pub clock: Clock,
+    rx: OnceLock<RxPort>,
+    peer: RwLock<Option<Arc<dyn GuestPeer>>>,
+    control: RwLock<Option<Arc<dyn ControlPlane>>>,
+    pub counters: GlueCounters,
+}
+
+impl EmulatedNic {
+    pub fn new(nic: Arc<Nic>, clock: Clock) -> Arc<Self> {
+        Arc::new(EmulatedNic {
+            nic,
+            clock,
+            rx: OnceLock::new(),
+            peer: RwLock::new(None),
+            control: RwLock::new(None),
+            counters: GlueCounters::default(),
+        })
+    }
+
+    /// Connect the backend's RX port (once, after the backend exists).
+    pub fn attach_rx(&self, rx: RxPort) {
+        let _ = self.rx.set(rx);
+    }
+
+    /// Plug in (or replace, between runs) the traffic source.
+    pub fn set_peer(&self, peer: Option<Arc<dyn GuestPeer>>) {
+        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = peer;
+    }
+
+    /// Plug in (or replace, between runs) the control plane.
+    pub fn set_control(&self, c: Option<Arc<dyn ControlPlane>>) {
+        *self.control.write().unwrap_or_else(|e| e.into_inner()) = c;
+    }
+
+    fn peer(&self) -> Option<Arc<dyn GuestPeer>> {
+        self.peer.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn rx_port(&self) -> Option<&RxPort> {
+        self.rx.get()
+    }
+
+    /// Put a device-generated frame (control completion, event) on queue `pair`,
+    /// bypassing classification; falls back to the lowest enabled queue when that one
+    /// is disabled.
+    pub fn send_control(&self, pair: u16, frame: &[u8]) -> Result<u16, RxError> {
+        let rx = self.rx.get().ok_or(RxError::NotReady)?;
+        let enabled = rx.enabled_pairs();
+        let q = if enabled.get(usize::from(pair)).copied().unwrap_or(false) {
+            pair
+        } else {
+            enabled.iter().position(|&e| e).ok_or(RxError::NotReady)? as u16
+        };
+        let r = rx.deliver(q, frame);
+        self.nic.record_control(q, frame.len(), r.is_ok());
+        r.map(|_| q)
+    }
+}
+
+impl ToGuest for EmulatedNic {
+    fn to_guest(&self, frame: &[u8]) -> Delivery {
+        let Ok((_, d)) = self.nic.classify_frame(frame, self.clock.now_ns()) else {
+            self.counters.rx_errors.fetch_add(1, Relaxed);
+            return Delivery { queue: None, delivered: false, filter: None };
+        };
+        let Some(q) = d.queue else {
+            self.nic.record(&d, frame.len(), false);
+            return Delivery { queue: None, delivered: false, filter: d.filter };
+        };
+        let delivered = match self.rx.get().map(|rx| rx.deliver(q, frame)) {
+            Some(Ok(())) => true,
+            Some(Err(RxError::NoBuffers)) => false,
+            Some(Err(RxError::NotReady | RxError::QueueDisabled)) | None => {
+                self.counters.rx_not_ready.fetch_add(1, Relaxed);
+                return Delivery { queue: Some(q), delivered: false, filter: d.filter };
+            }
+            Some(Err(_)) => {
+                self.counters.rx_errors.fetch_add(1, Relaxed);
+                false
+            }
+        };
+        self.nic.record(&d, frame.len(), delivered);
+        Delivery { queue: Some(q), delivered, filter: d.filter }
+    }
+}
+
+fn ethertype(frame: &[u8]) -> Option<u16> {
+    let et = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if et == 0x8100 || et == 0x88a8 {
+        return Some(u16::from_be_bytes([*frame.get(16)?, *frame.get(17)?]));
+    }
+    Some(et)
+}
+
+impl DeviceHooks for EmulatedNic {
+    fn on_tx(&self, pair: u16, frame: &[u8]) {
+        if ethertype(frame) == Some(CONTROL_ETHERTYPE) {
+            self.counters.control_frames.fetch_add(1, Relaxed);
+            let c = self.control.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(c) = c {
+                c.on_control_frame(pair, frame);
+            }
+            return;
+        }
+        self.counters.data_frames_tx.fetch_add(1, Relaxed);
+        if let Some(p) = self.peer() {
+            p.from_guest(pair, frame);
+        }
+    }
+
+    fn on_queue_state(&self, _pair: u16, _enabled: bool) {
+        if let Some(rx) = self.rx.get() {
+            self.nic.set_enabled_queues(&rx.enabled_pairs());
+        }
+    }
+
+    fn on_link(&self, up: bool) {
+        if let Some(rx) = self.rx.get() {
+            self.nic.set_enabled_queues(&rx.enabled_pairs());
+        }
+        if let Some(p) = self.peer() {
+            p.link(up);
+        }
+    }
+}

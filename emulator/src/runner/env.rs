@@ -1,0 +1,96 @@
+//! Where things are: the repository (scripts, configs), the cache, the guest kernels.
+
+use anyhow::{bail, Context};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The repository root: the first directory, from the current one upwards and then
+/// from the executable's upwards, that holds `guest-tests/image/build-initramfs.sh`.
+pub fn repo_root() -> anyhow::Result<PathBuf> {
+    let marker = Path::new("guest-tests/image/build-initramfs.sh");
+    let mut starts = vec![std::env::current_dir()?];
+    if let Ok(exe) = std::env::current_exe() {
+        starts.push(exe);
+    }
+    for s in starts {
+        for dir in s.ancestors() {
+            if dir.join(marker).is_file() {
+                return Ok(dir.to_path_buf());
+            }
+        }
+    }
+    bail!("cannot find the arfsnic repository (guest-tests/image/build-initramfs.sh); run from inside it")
+}
+
+pub fn cache_dir(root: &Path) -> PathBuf {
+    std::env::var_os("ARFSNIC_CACHE").map(PathBuf::from).unwrap_or_else(|| root.join(".cache"))
+}
+
+/// A guest kernel and what goes with it.
+#[derive(Clone, Debug)]
+pub struct GuestKernel {
+    pub label: String,
+    pub image: PathBuf,
+    /// Module directory (`/lib/modules/<release>`) or None for a kernel with virtio built in.
+    pub moddir: Option<PathBuf>,
+    /// Tree or headers to build the guest module against.
+    pub kdir: Option<PathBuf>,
+    pub release: Option<String>,
+}
+
+/// `KEY=value` lines written by guest-tests/provision.sh.
+pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{} is missing: run `bash guest-tests/provision.sh` first (installs QEMU 10 and the Debian guest kernels)", path.display()))?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+        .collect())
+}
+
+pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::Result<GuestKernel> {
+    let suffix = match spec {
+        "debian-6.1" => Some("6_1"),
+        "debian-6.12" => Some("6_12"),
+        _ => None,
+    };
+    if let Some(sfx) = suffix {
+        let env = read_env_file(&cache_dir(root).join("kernels.env"))?;
+        let get = |k: &str| -> anyhow::Result<String> {
+            env.get(&format!("{k}_{sfx}")).cloned().with_context(|| format!("kernels.env has no {k}_{sfx}: rerun guest-tests/provision.sh"))
+        };
+        let image = PathBuf::from(get("KERNEL")?);
+        if !image.is_file() {
+            bail!("kernel image {} is missing: rerun guest-tests/provision.sh", image.display());
+        }
+        return Ok(GuestKernel {
+            label: spec.to_string(),
+            image,
+            moddir: Some(PathBuf::from(get("MODDIR")?)),
+            kdir: Some(PathBuf::from(get("KDIR")?)),
+            release: Some(get("KREL")?),
+        });
+    }
+    let image = PathBuf::from(spec);
+    if !image.is_file() {
+        bail!("kernel {spec:?} is neither debian-6.1, debian-6.12 nor an existing bzImage");
+    }
+    Ok(GuestKernel {
+        label: spec.to_string(),
+        image,
+        moddir: None,
+        kdir: kdir.map(Path::to_path_buf),
+        release: None,
+    })
+}
+
+/// The QEMU binary: QEMU from kernels.env, else the one on PATH.
+pub fn qemu_binary(root: &Path) -> PathBuf {
+    read_env_file(&cache_dir(root).join("kernels.env"))
+        .ok()
+        .and_then(|e| e.get("QEMU").cloned())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("qemu-system-x86_64"))
+}

@@ -1,0 +1,527 @@
+//! `arfsnic run`: backend + QEMU + guest, per scenario run, into a JSON report.
+//!
+//! One backend process serves all runs of a scenario: QEMU connects, the guest boots,
+//! the workload reports `ready`, the link partner offers traffic for the scenario's
+//! duration, the guest prints its JSON block and powers off, QEMU exits, the next run
+//! connects to the same socket. Every phase has a timeout; a failure names the phase
+//! and shows the tail of the serial log.
+
+pub mod env;
+pub mod qemu;
+
+use crate::clock::Clock;
+use crate::control::{ControlRuntime, ControlSnapshot};
+use crate::device::EmulatedNic;
+use crate::model::nic::{Nic, NicSnapshot};
+use crate::model::profile::Profile;
+use crate::scenario::{Run, Scenario};
+use crate::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig};
+use crate::vhost::{Backend, BackendCounters, ServeConfig};
+use anyhow::{anyhow, bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+pub const PARTNER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+pub const GUEST_MAC: &str = "52:54:00:a5:f1:02";
+pub const GUEST_BASE_PORT: u16 = 7000;
+pub const PARTNER_BASE_PORT: u16 = 9000;
+
+/// Options of `arfsnic run` that are not in the scenario.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Override the scenario's acceleration (kvm, tcg, auto).
+    pub accel: Option<String>,
+    /// Override the scenario's kernel (bzImage path or debian-6.x).
+    pub kernel: Option<String>,
+    pub kdir: Option<PathBuf>,
+    /// Where logs go (default: a directory next to the JSON output).
+    pub logdir: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+struct Ctx {
+    root: PathBuf,
+    scenario: Scenario,
+    scenario_dir: PathBuf,
+    logdir: PathBuf,
+    qemu_bin: PathBuf,
+    accel: String,
+    kernel: env::GuestKernel,
+    initrd: PathBuf,
+    socket: PathBuf,
+    progress: ProgressBar,
+}
+
+/// Resolve a profile name (`mlx5-cx6` → configs/mlx5-cx6.toml) or path.
+pub fn resolve_profile(spec: &str, root: &Path, scenario_dir: &Path) -> anyhow::Result<PathBuf> {
+    let looks_like_path = spec.contains('/') || spec.ends_with(".toml");
+    let candidates = if looks_like_path {
+        vec![PathBuf::from(spec), scenario_dir.join(spec), root.join(spec)]
+    } else {
+        vec![root.join("configs").join(format!("{spec}.toml"))]
+    };
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("profile {spec:?} not found (a name in configs/ or a path to a TOML file)"))
+}
+
+fn sh(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("{what}: cannot start"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Build the initramfs for a kernel (and the guest module when asked).
+fn build_initramfs(root: &Path, k: &env::GuestKernel, module: bool, out: &Path) -> anyhow::Result<()> {
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg(root.join("guest-tests/image/build-initramfs.sh"));
+    cmd.arg(k.moddir.as_ref().map_or("none".to_string(), |m| m.display().to_string()));
+    cmd.arg(out);
+    if module {
+        let kdir = k.kdir.as_ref().context("the guest module needs a kernel tree or headers (--kdir)")?;
+        let mdir = root.join("guest-tests/module");
+        sh(
+            std::process::Command::new("make").arg("-C").arg(&mdir).arg(format!("KDIR={}", kdir.display())),
+            "building the guest module (guest-tests/module)",
+        )?;
+        cmd.arg("--module").arg(mdir.join("arfs_virtio.ko"));
+    }
+    sh(&mut cmd, "building the initramfs (guest-tests/image/build-initramfs.sh)")
+}
+
+fn append_line(s: &Scenario, run: &Run) -> String {
+    let g = &s.guest;
+    let sysctls: Vec<String> = s.sysctls_for(run).iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut a = vec![
+        "console=ttyS0".to_string(),
+        "loglevel=4".into(),
+        "panic=-1".into(),
+        format!("arfs.ip={GUEST_IP}/24"),
+        format!("arfs.peer={PARTNER_IP}"),
+        format!("arfs.flows={}", s.traffic.flows),
+        format!("arfs.base_port={GUEST_BASE_PORT}"),
+        format!("arfs.peer_base_port={PARTNER_BASE_PORT}"),
+        format!("arfs.workers={}", g.workers),
+        format!("arfs.pattern={}", g.pattern),
+        format!("arfs.period_ms={}", g.period_ms),
+        format!("arfs.duration={}", s.duration_s),
+        format!("arfs.rps_sock_flow_entries={}", g.rps_sock_flow_entries),
+        format!("arfs.rps_flow_cnt={}", g.rps_flow_cnt),
+    ];
+    if !sysctls.is_empty() {
+        a.push(format!("arfs.sysctl={}", sysctls.join(",")));
+    }
+    if g.module {
+        a.push("arfs.modarg=arfs_virtio.irqs=@INPUT_IRQS@".into());
+        a.push("arfs.modarg=arfs_virtio.ifname=@IFNAME@".into());
+        for (k, v) in &g.module_params {
+            a.push(format!("arfs.modarg=arfs_virtio.{k}={v}"));
+        }
+    }
+    a.join(" ")
+}
+
+fn partner_config(s: &Scenario) -> PartnerConfig {
+    PartnerConfig {
+        partner_ipv4: PARTNER_IP,
+        guest_ipv4: GUEST_IP,
+        flows: s.traffic.flows,
+        guest_base_port: GUEST_BASE_PORT,
+        partner_base_port: PARTNER_BASE_PORT,
+        rate_pps: u64::from(s.traffic.rate_pps),
+        payload: s.traffic.payload,
+        mode: match s.traffic.mode {
+            crate::scenario::LoopMode::Closed => LoopMode::Closed,
+            crate::scenario::LoopMode::Open => LoopMode::Open,
+        },
+        window: s.traffic.window,
+        drain_ms: 500,
+        ..PartnerConfig::default()
+    }
+}
+
+/// Per-queue differences of two snapshots.
+fn nic_delta(a: &NicSnapshot, b: &NicSnapshot) -> Value {
+    let q = |f: &dyn Fn(&crate::model::nic::QueueSnapshot) -> u64| -> Vec<u64> {
+        b.queues.iter().zip(&a.queues).map(|(y, x)| f(y) - f(x)).collect()
+    };
+    json!({
+        "rx_packets_per_queue": q(&|s| s.rx_packets),
+        "rss_delivered_per_queue": q(&|s| s.rss_delivered),
+        "filter_delivered_per_queue": q(&|s| s.filter_delivered),
+        "control_delivered_per_queue": q(&|s| s.control_delivered),
+        "rx_dropped_no_buffer_per_queue": q(&|s| s.dropped_no_buffer),
+        "rss_delivered": q(&|s| s.rss_delivered).iter().sum::<u64>(),
+        "filter_delivered": q(&|s| s.filter_delivered).iter().sum::<u64>(),
+        "rx_dropped_no_buffer": q(&|s| s.dropped_no_buffer).iter().sum::<u64>(),
+        "dropped_by_filter": q(&|s| s.dropped_by_filter).iter().sum::<u64>(),
+        "malformed": b.malformed - a.malformed,
+    })
+}
+
+fn tx_delta(a: &BackendCounters, b: &BackendCounters) -> Vec<u64> {
+    b.pairs.iter().zip(&a.pairs).map(|(y, x)| y.tx_frames - x.tx_frames).collect()
+}
+
+fn phase(ctx: &Ctx, msg: impl Into<std::borrow::Cow<'static, str>>) {
+    ctx.progress.set_message(msg);
+}
+
+fn fail_with_tail(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
+    anyhow!(
+        "{what}\n--- last serial lines ({}):\n{}\n--- QEMU stderr:\n{}",
+        q.serial_log.display(),
+        q.serial_tail(25),
+        q.stderr_text().lines().rev().take(10).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
+}
+
+fn run_one(
+    ctx: &Ctx,
+    emu: &Arc<EmulatedNic>,
+    backend: &Backend,
+    run: &Run,
+    idx: usize,
+) -> anyhow::Result<Value> {
+    let s = &ctx.scenario;
+    let profile_spec = run.profile.clone().unwrap_or_else(|| s.profile.clone());
+    let profile_path = resolve_profile(&profile_spec, &ctx.root, &ctx.scenario_dir)?;
+    let profile = Profile::load(&profile_path)?;
+    emu.nic.table().flush();
+    let ctl = ControlRuntime::attach(&profile, emu, s.nic.queues).context("starting the control plane")?;
+    ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
+
+    let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
+    emu.set_peer(Some(partner.clone()));
+    let nic0 = emu.nic.snapshot();
+    let be0 = backend.counters();
+
+    let tag = format!("{:02}-{}", idx, run.label);
+    let spec = qemu::QemuSpec {
+        binary: ctx.qemu_bin.clone(),
+        accel: ctx.accel.clone(),
+        cpu: s.vm.cpu.clone(),
+        vcpus: s.vm.vcpus,
+        sockets: s.vm.sockets,
+        dies: s.vm.dies,
+        cores: s.vm.cores,
+        threads: s.vm.threads,
+        memory_mb: s.vm.memory_mb,
+        socket: ctx.socket.clone(),
+        queues: s.nic.queues,
+        mac: GUEST_MAC.into(),
+        kernel: ctx.kernel.image.clone(),
+        initrd: ctx.initrd.clone(),
+        append: append_line(s, run),
+    };
+    std::fs::write(ctx.logdir.join(format!("{tag}.qemu-cmdline")), spec.shell_line())?;
+    phase(ctx, format!("run {} [{}]: booting the guest", idx + 1, run.label));
+    let mut q = qemu::QemuProcess::spawn(&spec, &ctx.logdir, &tag)?;
+    let boot_deadline = Instant::now() + Duration::from_secs(s.timeouts.boot_s);
+    let mut traffic_started: Option<Instant> = None;
+    let mut traffic_stopped = false;
+    let mut guest_json = String::new();
+    let mut in_json = false;
+    let mut got_json = false;
+    let margin = (s.duration_s * 0.1).min(1.0);
+    let traffic_for = Duration::from_secs_f64((s.duration_s - margin).max(0.1));
+    let mut finish_deadline: Option<Instant> = None;
+    // Device-clock window of the traffic (for rates).
+    let mut window = (0u64, 0u64);
+    loop {
+        if traffic_started.is_none() && Instant::now() > boot_deadline {
+            return Err(fail_with_tail(&q, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
+        }
+        if let Some(t) = traffic_started {
+            if !traffic_stopped && t.elapsed() >= traffic_for {
+                phase(ctx, format!("run {} [{}]: draining, waiting for the guest report", idx + 1, run.label));
+                window.1 = emu.clock.now_ns();
+                let _ = partner.stop();
+                traffic_stopped = true;
+                finish_deadline = Some(Instant::now() + Duration::from_secs(s.timeouts.finish_s));
+            }
+        }
+        if finish_deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(fail_with_tail(&q, &format!("the guest did not finish within {} s after the traffic (timeouts.finish_s)", s.timeouts.finish_s)));
+        }
+        match q.lines.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => {
+                if line.contains("ARFSNIC-GUEST-ERROR") {
+                    let _ = partner.stop();
+                    return Err(fail_with_tail(&q, &format!("the guest reported an error: {}", line.trim())));
+                }
+                if line.contains("ARFSNIC-GUEST-JSON-BEGIN") {
+                    in_json = true;
+                } else if line.contains("ARFSNIC-GUEST-JSON-END") {
+                    in_json = false;
+                    got_json = true;
+                } else if in_json {
+                    guest_json.push_str(&line);
+                    guest_json.push('\n');
+                } else if line.contains("arfs-echo: ready") && traffic_started.is_none() {
+                    partner.start().map_err(|e| anyhow!("traffic: {e}"))?;
+                    traffic_started = Some(Instant::now());
+                    window.0 = emu.clock.now_ns();
+                    phase(ctx, format!("run {} [{}]: traffic for {:.0} s", idx + 1, run.label, s.duration_s));
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if q.stderr_text().contains("falling back on userspace virtio") {
+                    return Err(fail_with_tail(&q, "QEMU fell back to in-process virtio: the vhost-user backend sees nothing (guest memory must be a memfd backend with share=on)"));
+                }
+                if let Ok(Some(st)) = q.child.try_wait() {
+                    if !got_json {
+                        let _ = partner.stop();
+                        return Err(fail_with_tail(&q, &format!("QEMU exited ({st}) before the guest printed its report")));
+                    }
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                if !got_json {
+                    let _ = partner.stop();
+                    return Err(fail_with_tail(&q, "QEMU's console closed before the guest printed its report"));
+                }
+                break;
+            }
+        }
+    }
+    if !traffic_stopped {
+        let _ = partner.stop();
+    }
+    if q.wait_exit(Duration::from_secs(30)).is_none() {
+        q.kill();
+    }
+    emu.set_peer(None);
+    let snap = ctl.snapshot();
+    let rules = ctl.rules();
+    let rates = ctl.guest_rates(window.0, window.1);
+    emu.set_control(None);
+    ctl.shutdown();
+    let guest: Value = serde_json::from_str(&guest_json)
+        .with_context(|| format!("the guest's JSON block does not parse (see {})", q.serial_log.display()))?;
+    let nic1 = emu.nic.snapshot();
+    let be1 = backend.counters();
+    let link = partner.stats();
+    let mut device = nic_delta(&nic0, &nic1);
+    device["tx_packets_per_queue"] = json!(tx_delta(&be0, &be1));
+    let (misdelivered, compared) = flows_misdelivered(&link, &guest);
+    device["flows_misdelivered"] = json!(misdelivered);
+    device["flows_compared_with_guest"] = json!(compared);
+    device["profile"] = json!(profile.name);
+
+    // Guest and device must agree on what each RX queue received.
+    let guest_q: Vec<u64> = guest["rx_packets_per_queue"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    device["filter"] = filter_json(&snap);
+    device["control"] = json!({ "frames": snap.frames, "engine": snap.engine, "partitions": snap.partitions });
+    let flows = crate::report::flow_view(&link, &guest, &rules, window.0);
+    let stuck = flows.iter().filter(|f| f.stuck_without_filter).count();
+    let sysctls = s.sysctls_for(run);
+    Ok(json!({
+        "label": run.label,
+        "sysctls": sysctls,
+        "duration_s": traffic_started.map(|_| traffic_for.as_secs_f64()),
+        "profile": profile.name,
+        "link": link,
+        "device": device,
+        "guest_rx_packets_per_queue": guest_q,
+        "guest": guest_json_obj(&snap, rates, &guest),
+        "flows": flows,
+        "flows_stuck_without_filter": if s.guest.module { json!(stuck) } else { Value::Null },
+        "logs": { "serial": q.serial_log, "qemu_stderr": q.stderr_log },
+    }))
+}
+
+fn filter_json(snap: &ControlSnapshot) -> Value {
+    let f = &snap.filter;
+    json!({
+        "adds": f.adds, "mods": f.mods, "dels": f.dels, "flushes": f.flushes,
+        "rejects": f.rejects, "add_rejects": f.add_rejects, "mod_rejects": f.mod_rejects, "del_rejects": f.del_rejects,
+        "rules_now": f.rules_now, "rules_peak": f.rules_peak,
+        "cmd_latency_us_p50": f.cmd_latency_us_p50, "cmd_latency_us_p99": f.cmd_latency_us_p99,
+        "aged_out": snap.engine.aged_out,
+    })
+}
+
+/// The report's `guest` object: the driver's counters from its STATS frames (when the
+/// guest module ran) and the guest system's own view (`system`).
+fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRates>, system: &Value) -> Value {
+    let mut g = json!({ "module": snap.guest.is_some(), "system": system });
+    if let Some(st) = &snap.guest {
+        let c = |k: &str| st.counters.get(k).copied().unwrap_or(0);
+        let acq = c("lock_acquired");
+        g["steer_calls"] = json!(c("steer_calls"));
+        g["steer_calls_per_s"] = json!(rates.map(|r| r.steer_calls_per_s));
+        g["adds_per_s"] = json!(rates.map(|r| r.adds_per_s));
+        g["mods_per_s"] = json!(rates.map(|r| r.mods_per_s));
+        g["dels_per_s"] = json!(rates.map(|r| r.dels_per_s));
+        g["rates_window_s"] = json!(rates.map(|r| r.window_s));
+        g["steer_new"] = json!(c("steer_new"));
+        g["steer_update"] = json!(c("steer_update"));
+        g["steer_same"] = json!(c("steer_same"));
+        g["adds_ok"] = json!(c("adds_ok"));
+        g["mods_ok"] = json!(c("mods_ok"));
+        g["dels_ok"] = json!(c("dels_ok"));
+        g["add_errors"] = json!(st.add_errors);
+        g["mod_errors"] = json!(st.mod_errors);
+        g["del_errors"] = json!(st.del_errors);
+        g["lock_acquired"] = json!(acq);
+        g["lock_contended"] = json!(c("lock_contended"));
+        g["lock_contended_pct"] = json!(if acq > 0 { 100.0 * c("lock_contended") as f64 / acq as f64 } else { 0.0 });
+        g["lock_wait_ns"] = json!(c("lock_wait_ns_total"));
+        g["lock_wait_ns_max"] = json!(c("lock_wait_ns_max"));
+        g["rules_now"] = json!(c("rules_now"));
+        g["rules_peak"] = json!(c("rules_peak"));
+        g["expire_scans"] = json!(c("expire_scans"));
+        g["expire_scanned"] = json!(c("expire_scanned"));
+        g["cmd_timeouts"] = json!(c("cmd_timeouts"));
+        g["cmd_latency_us_p50"] = json!(st.lat_us_p50);
+        g["cmd_latency_us_p90"] = json!(st.lat_us_p90);
+        g["cmd_latency_us_p99"] = json!(st.lat_us_p99);
+        g["cmd_latency_hist_log2_us"] = json!(st.lat_hist_us);
+        g["stats_reports"] = json!(st.reports);
+        g["counters"] = json!(st.counters);
+    }
+    g
+}
+
+/// Flows whose packets reached a queue other than the one the device chose for them.
+/// The guest reports, per flow, the NAPI id of the last packet its socket received
+/// (SO_INCOMING_NAPI_ID) and the NAPI id of each RX queue; the link partner records the
+/// queue the device put the flow's last packet on. Returns (misdelivered, flows compared).
+fn flows_misdelivered(link: &LinkStats, guest: &Value) -> (u64, u64) {
+    let napi: Vec<u64> = guest["rx_napi_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    let mut compared = 0;
+    let mut bad = 0;
+    for gf in guest["workload"]["flows"].as_array().into_iter().flatten() {
+        let (Some(i), Some(id)) = (gf["flow"].as_u64(), gf["last_napi_id"].as_u64()) else { continue };
+        let Some(guest_q) = napi.iter().position(|&n| n == id) else { continue };
+        let Some(dev_q) = link.per_flow.get(i as usize).and_then(|f| f.last_queue) else { continue };
+        compared += 1;
+        if guest_q != usize::from(dev_q) {
+            bad += 1;
+        }
+    }
+    (bad, compared)
+}
+
+/// The KVM probe costs up to its 20 s timeout on hosts where /dev/kvm hangs; its answer
+/// is kept per host boot (boot_id) in the cache.
+fn kvm_works_cached(root: &Path, qemu_bin: &Path, kernel: &Path) -> bool {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let key = format!("{} {}", boot_id.trim(), qemu_bin.display());
+    let file = env::cache_dir(root).join("kvm-probe");
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        if let Some((k, v)) = text.rsplit_once(' ') {
+            if k == key {
+                return v.trim() == "kvm";
+            }
+        }
+    }
+    let works = qemu::kvm_works(qemu_bin, kernel, Duration::from_secs(20));
+    let _ = std::fs::create_dir_all(env::cache_dir(root));
+    let _ = std::fs::write(&file, format!("{key} {}\n", if works { "kvm" } else { "tcg" }));
+    works
+}
+
+/// Run a scenario; returns the JSON report.
+pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
+    let root = env::repo_root()?;
+    let mut scenario = Scenario::load(path)?;
+    if let Some(k) = &opts.kernel {
+        scenario.kernel = k.clone();
+    }
+    if let Some(d) = &opts.kdir {
+        scenario.kdir = Some(d.clone());
+    }
+    let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let logdir = match &opts.logdir {
+        Some(d) => d.clone(),
+        None => env::cache_dir(&root).join("runs").join(&scenario.name),
+    };
+    std::fs::create_dir_all(&logdir)?;
+    let progress = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    progress.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    progress.enable_steady_tick(Duration::from_millis(200));
+
+    let qemu_bin = env::qemu_binary(&root);
+    let major = qemu::qemu_major(&qemu_bin)?;
+    if major < 10 {
+        bail!(
+            "{} is QEMU {major}; QEMU 7.2 segfaults under TCG with vhost-user + MSI-X. Install QEMU 10 from bookworm-backports (bash guest-tests/provision.sh)",
+            qemu_bin.display()
+        );
+    }
+    let kernel = env::resolve_kernel(&scenario.kernel, scenario.kdir.as_deref(), &root)?;
+    let accel = match opts.accel.as_deref().unwrap_or(&scenario.vm.accel) {
+        "auto" => {
+            progress.set_message("probing KVM");
+            if kvm_works_cached(&root, &qemu_bin, &kernel.image) { "kvm" } else { "tcg" }
+        }
+        "kvm" => "kvm",
+        "tcg" => "tcg",
+        other => bail!("--accel {other:?}: expected auto, kvm or tcg"),
+    }
+    .to_string();
+    progress.set_message(format!("building the initramfs for {}", kernel.label));
+    let initrd = logdir.join("initramfs.cpio.gz");
+    build_initramfs(&root, &kernel, scenario.guest.module, &initrd)?;
+
+    let first_profile = Profile::load(&resolve_profile(&scenario.profile, &root, &scenario_dir)?)?;
+    let nic = Arc::new(Nic::new(&first_profile, scenario.nic.queues).map_err(|e| anyhow!("profile {}: {e}", first_profile.name))?);
+    let emu = EmulatedNic::new(nic, Clock::new());
+    let sockdir = tempfile::Builder::new().prefix("arfsnic-").tempdir()?;
+    let socket = sockdir.path().join("vhost-user.sock");
+    let backend = Arc::new(Backend::new(ServeConfig::new(&socket, scenario.nic.queues), emu.clone())?);
+    emu.attach_rx(backend.rx_port());
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (b, s) = (backend.clone(), stop.clone());
+        std::thread::Builder::new().name("vhost-serve".into()).spawn(move || b.serve(&s))?
+    };
+    let ctx = Ctx { root, scenario, scenario_dir, logdir, qemu_bin, accel, kernel, initrd, socket, progress };
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    let mut result = Ok(());
+    for (i, run) in ctx.scenario.runs().iter().enumerate() {
+        match run_one(&ctx, &emu, &backend, run, i) {
+            Ok(v) => runs.push(v),
+            Err(e) => {
+                result = Err(e.context(format!("scenario {}, run {:?}", ctx.scenario.name, run.label)));
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Release);
+    let _ = server.join();
+    ctx.progress.finish_and_clear();
+    result?;
+    Ok(json!({
+        "scenario": ctx.scenario.name,
+        "kernel": ctx.kernel.label,
+        "kernel_image": ctx.kernel.image,
+        "accel": ctx.accel,
+        "queues": ctx.scenario.nic.queues,
+        "vcpus": ctx.scenario.vm.vcpus,
+        "topology": format!("sockets={} dies={} cores={} threads={} cpu={}", ctx.scenario.vm.sockets, ctx.scenario.vm.dies, ctx.scenario.vm.cores, ctx.scenario.vm.threads, ctx.scenario.vm.cpu),
+        "wall_s": started.elapsed().as_secs_f64(),
+        "backend": { "connections": backend.counters().connections, "protocol_errors": backend.counters().protocol_errors },
+        "runs": runs,
+    }))
+}

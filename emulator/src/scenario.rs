@@ -1,0 +1,261 @@
+//! Scenarios (`configs/scenarios/*.toml`): the VM, the NIC, the traffic, the guest
+//! workload and a list of runs (e.g. the same scenario with a sysctl at 0 and 1).
+//! Unknown fields are rejected; errors name the file and the field.
+
+use crate::model::profile::{load_toml, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// `debian-6.1`, `debian-6.12`, or a path to a bzImage.
+    pub kernel: String,
+    /// For a bzImage: the built kernel tree (to build the guest module against).
+    #[serde(default)]
+    pub kdir: Option<PathBuf>,
+    /// NIC profile: a name in configs/ (`mlx5-cx6`) or a path to a TOML file.
+    pub profile: String,
+    /// Seconds of traffic per run.
+    #[serde(default = "d_duration")]
+    pub duration_s: f64,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    pub vm: Vm,
+    pub nic: NicCfg,
+    pub traffic: Traffic,
+    pub guest: Guest,
+    /// Sysctls for every run (a run's own sysctls override these).
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+    #[serde(default)]
+    pub runs: Vec<Run>,
+}
+
+fn d_duration() -> f64 {
+    10.0
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// From QEMU start until the workload says it is ready.
+    #[serde(default = "d_boot")]
+    pub boot_s: u64,
+    /// After the traffic ends, until QEMU has exited.
+    #[serde(default = "d_finish")]
+    pub finish_s: u64,
+}
+fn d_boot() -> u64 {
+    180
+}
+fn d_finish() -> u64 {
+    120
+}
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { boot_s: d_boot(), finish_s: d_finish() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vm {
+    pub vcpus: u32,
+    #[serde(default = "one")]
+    pub sockets: u32,
+    #[serde(default = "one")]
+    pub dies: u32,
+    pub cores: u32,
+    #[serde(default = "one")]
+    pub threads: u32,
+    /// QEMU -cpu model (`max`; `Skylake-Server` for two LLCs inside one package).
+    #[serde(default = "d_cpu")]
+    pub cpu: String,
+    #[serde(default = "d_mem")]
+    pub memory_mb: u32,
+    /// auto (KVM when it really works, else TCG), kvm or tcg.
+    #[serde(default = "d_accel")]
+    pub accel: String,
+}
+fn one() -> u32 {
+    1
+}
+fn d_cpu() -> String {
+    "max".into()
+}
+fn d_mem() -> u32 {
+    1024
+}
+fn d_accel() -> String {
+    "auto".into()
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicCfg {
+    /// Queue pairs.
+    pub queues: u16,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopMode {
+    Open,
+    Closed,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Traffic {
+    pub flows: u32,
+    /// Offered requests per second over all flows (open loop); 0 = window-limited.
+    #[serde(default = "d_rate")]
+    pub rate_pps: u32,
+    #[serde(default = "d_payload")]
+    pub payload: usize,
+    #[serde(default = "d_mode")]
+    pub mode: LoopMode,
+    /// Closed loop: outstanding requests per flow.
+    #[serde(default = "one")]
+    pub window: u32,
+}
+fn d_rate() -> u32 {
+    2000
+}
+fn d_payload() -> usize {
+    64
+}
+fn d_mode() -> LoopMode {
+    LoopMode::Open
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guest {
+    /// Worker threads of the echo server.
+    pub workers: u32,
+    /// none | scheduler | hop-within-llc | hop-across-llc
+    #[serde(default = "d_pattern")]
+    pub pattern: String,
+    #[serde(default = "d_period")]
+    pub period_ms: u32,
+    #[serde(default = "d_sock_flow")]
+    pub rps_sock_flow_entries: u32,
+    #[serde(default = "d_flow_cnt")]
+    pub rps_flow_cnt: u32,
+    /// Load the guest aRFS module (guest-tests/module).
+    #[serde(default)]
+    pub module: bool,
+    /// Extra module parameters (name = value).
+    #[serde(default)]
+    pub module_params: BTreeMap<String, String>,
+}
+fn d_pattern() -> String {
+    "none".into()
+}
+fn d_period() -> u32 {
+    100
+}
+fn d_sock_flow() -> u32 {
+    32768
+}
+fn d_flow_cnt() -> u32 {
+    4096
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Run {
+    pub label: String,
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+    /// A different profile for this run.
+    #[serde(default)]
+    pub profile: Option<String>,
+}
+
+fn err(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { file: None, field: field.into(), message: message.into() }
+}
+
+pub const PATTERNS: [&str; 4] = ["none", "scheduler", "hop-within-llc", "hop-across-llc"];
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Scenario, ConfigError> {
+        let s: Scenario = load_toml(path)?;
+        s.validate().map_err(|e| ConfigError { file: Some(path.to_path_buf()), ..e })?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let v = &self.vm;
+        if v.vcpus == 0 || v.vcpus > 64 {
+            return Err(err("vm.vcpus", "must be between 1 and 64"));
+        }
+        if v.sockets * v.dies * v.cores * v.threads != v.vcpus {
+            return Err(err(
+                "vm.vcpus",
+                format!("{} != sockets {} x dies {} x cores {} x threads {}", v.vcpus, v.sockets, v.dies, v.cores, v.threads),
+            ));
+        }
+        if !matches!(v.accel.as_str(), "auto" | "kvm" | "tcg") {
+            return Err(err("vm.accel", format!("{:?} is not auto, kvm or tcg", v.accel)));
+        }
+        if v.memory_mb < 256 {
+            return Err(err("vm.memory_mb", "needs at least 256"));
+        }
+        if self.nic.queues == 0 || self.nic.queues > 64 {
+            return Err(err("nic.queues", "must be between 1 and 64"));
+        }
+        if self.traffic.flows == 0 || self.traffic.flows > 16384 {
+            return Err(err("traffic.flows", "must be between 1 and 16384"));
+        }
+        if !(16..=1400).contains(&self.traffic.payload) {
+            return Err(err("traffic.payload", "must be between 16 and 1400 bytes"));
+        }
+        if self.traffic.window == 0 {
+            return Err(err("traffic.window", "must be at least 1"));
+        }
+        if !(self.duration_s > 0.0 && self.duration_s <= 3600.0) {
+            return Err(err("duration_s", "must be > 0 and <= 3600"));
+        }
+        if self.guest.workers == 0 || self.guest.workers > 256 {
+            return Err(err("guest.workers", "must be between 1 and 256"));
+        }
+        if !PATTERNS.contains(&self.guest.pattern.as_str()) {
+            return Err(err("guest.pattern", format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", "))));
+        }
+        for (i, r) in self.runs.iter().enumerate() {
+            if r.label.is_empty() || r.label.contains(char::is_whitespace) {
+                return Err(err(&format!("runs[{i}].label"), "must be a non-empty word"));
+            }
+        }
+        for (k, val) in self.sysctls.iter().chain(self.runs.iter().flat_map(|r| r.sysctls.iter())) {
+            if k.contains(['=', ',', ' ']) || val.contains([',', ' ']) {
+                return Err(err("sysctls", format!("{k}={val}: names and values may not contain '=', ',' or spaces")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The runs, or one run named "default" when none are listed.
+    pub fn runs(&self) -> Vec<Run> {
+        if self.runs.is_empty() {
+            vec![Run { label: "default".into(), sysctls: BTreeMap::new(), profile: None }]
+        } else {
+            self.runs.clone()
+        }
+    }
+
+    /// Scenario sysctls overlaid with a run's.
+    pub fn sysctls_for(&self, run: &Run) -> BTreeMap<String, String> {
+        let mut m = self.sysctls.clone();
+        m.extend(run.sysctls.clone());
+        m
+    }
+}

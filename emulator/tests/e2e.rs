@@ -1,0 +1,128 @@
+//! End-to-end tests: real QEMU 10, real Debian guest kernels, the real backend.
+//! They need root and what `guest-tests/provision.sh` installs, so they are ignored
+//! by a plain `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Run a scenario file (written to a temp dir from `toml`) and return the report.
+fn run_scenario(name: &str, toml: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let scen = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&scen, toml).unwrap();
+    let out = dir.path().join("report.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(&scen)
+        .arg("--json")
+        .arg(&out)
+        .arg("--logdir")
+        .arg(root().join(".cache/e2e").join(name))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "arfsnic run {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect()).unwrap_or_default()
+}
+
+fn smoke_toml() -> String {
+    std::fs::read_to_string(root().join("configs/scenarios/smoke.toml")).unwrap()
+}
+
+/// Every response arrives; the guest's per-queue RX counts equal the device's; every
+/// flow landed on the queue `arfsnic classify` gives for it.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn smoke_rss_matches_classify_and_guest_counts() {
+    let r = run_scenario("smoke", &smoke_toml());
+    let run = &r["runs"][0];
+    let link = &run["link"];
+    assert!(link["requests"].as_u64().unwrap() > 1000, "{link}");
+    assert_eq!(link["lost"], 0, "every response must arrive: {link}");
+    assert_eq!(link["requests"], link["responses"]);
+    let dev = u64s(&run["device"]["rx_packets_per_queue"]);
+    let guest = u64s(&run["guest_rx_packets_per_queue"]);
+    assert_eq!(dev.len(), 4);
+    assert_eq!(guest, dev, "guest and device per-queue RX counts");
+    assert!(dev.iter().all(|&n| n > 0), "RSS spreads 64 flows over all 4 queues: {dev:?}");
+    assert_eq!(run["device"]["flows_misdelivered"], 0);
+    // Each flow's queue is what `classify` says.
+    for f in run["link"]["per_flow"].as_array().unwrap() {
+        let flow = format!(
+            "udp 10.99.0.1:{} 10.99.0.2:{}",
+            f["partner_port"].as_u64().unwrap(),
+            f["guest_port"].as_u64().unwrap()
+        );
+        let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+            .args(["classify", "--profile", "configs/mlx5-cx6.toml", "--queues", "4", "--json", "--flow", &flow])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let c: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let q = c["queue"].as_u64().unwrap() as usize;
+        let counts = u64s(&f["queue_counts"]);
+        assert_eq!(counts.iter().sum::<u64>(), counts[q], "flow {flow}: {counts:?}, classify says queue {q}");
+    }
+}
+
+/// QEMU reads GET_QUEUE_NUM as queue pairs: an odd count must work end to end.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn three_queues_boot_and_pass_traffic() {
+    let t = smoke_toml().replace("queues = 4", "queues = 3").replace("duration_s = 10", "duration_s = 5");
+    let r = run_scenario("queues3", &t);
+    let run = &r["runs"][0];
+    assert_eq!(run["link"]["lost"], 0);
+    let dev = u64s(&run["device"]["rx_packets_per_queue"]);
+    assert_eq!(dev.len(), 3);
+    assert!(dev.iter().all(|&n| n > 0), "{dev:?}");
+    assert_eq!(u64s(&run["guest_rx_packets_per_queue"]), dev);
+}
+
+/// One backend process serves two QEMU runs back to back.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn one_backend_serves_two_qemu_runs() {
+    let t = smoke_toml().replace("duration_s = 10", "duration_s = 4")
+        + "\n[[runs]]\nlabel = \"first\"\n\n[[runs]]\nlabel = \"second\"\n";
+    let r = run_scenario("two-runs", &t);
+    assert_eq!(r["backend"]["connections"], 2);
+    assert_eq!(r["runs"].as_array().unwrap().len(), 2);
+    for run in r["runs"].as_array().unwrap() {
+        assert!(run["link"]["responses"].as_u64().unwrap() > 0, "{}", run["label"]);
+        assert_eq!(run["link"]["lost"], 0, "{}", run["label"]);
+    }
+}
+
+/// Tap mode (item 8d): UDP from a network namespace reaches the guest echo server through
+/// `arfsnic serve --tap` and back. The script creates and removes the namespace itself.
+#[test]
+#[ignore = "needs root, QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn tap_mode_reaches_guest_echo_server() {
+    let o = Command::new("bash")
+        .arg(root().join("guest-tests/e2e/tap.sh"))
+        .env("ARFSNIC", env!("CARGO_BIN_EXE_arfsnic"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{out}");
+    assert!(o.status.success(), "guest-tests/e2e/tap.sh failed ({}):\n{out}\n{err}", o.status);
+    assert!(out.contains("[e2e-tap] PASS"), "{out}");
+}
