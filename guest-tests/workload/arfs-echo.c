@@ -1,0 +1,731 @@
+// SPDX-License-Identifier: Apache-2.0 OR BSD-3-Clause
+//
+// arfs-echo: UDP echo server for arfsnic guests.
+//
+// One *connected* UDP socket per flow (RFS only records flows of connected UDP /
+// established TCP sockets), flows spread over W worker threads, each worker with its own
+// epoll set. Workers can be made to migrate between CPUs on a schedule, which is what makes
+// RFS (and aRFS, via ndo_rx_flow_steer) move flows.
+//
+// Request payload (>= 16 bytes):
+//   0..4   magic "ARFS"
+//   4..8   flow index (u32, big endian)
+//   8..12  sequence number (u32, big endian)
+//   12..16 reserved
+// The reply echoes the payload with bytes 12..16 replaced by the CPU that served the
+// request (sched_getcpu(), u32 big endian). Requests that are too short or carry a wrong
+// magic are counted and dropped.
+//
+// At the end one JSON object is printed on stdout between the lines
+// ARFS-ECHO-JSON-BEGIN and ARFS-ECHO-JSON-END (format: guest-tests/workload/README.md).
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_FLOWS 65536
+#define MAX_WORKERS 1024
+#define MAX_CPUS 1024
+#define RX_BUF 65536
+#define BATCH 64
+
+enum pattern { PAT_NONE, PAT_SCHEDULER, PAT_HOP_WITHIN_LLC, PAT_HOP_ACROSS_LLC };
+static const char *pattern_names[] = { "none", "scheduler", "hop-within-llc", "hop-across-llc" };
+
+struct flow {
+	int fd;
+	uint32_t idx;
+	uint64_t requests;   // valid requests received
+	uint64_t replies;    // replies sent successfully
+	uint64_t send_errors;
+	uint64_t flow_mismatch; // payload flow index != socket's flow index (still answered)
+	int last_cpu;
+	uint64_t *cpu_counts; // [ncpu_ids]
+	// Sampled once per wakeup of the socket (not per packet): SO_INCOMING_CPU is the CPU
+	// that ran the protocol receive for the last datagram (after RPS/RFS steering),
+	// SO_INCOMING_NAPI_ID identifies the RX queue's NAPI context it arrived on.
+	uint64_t samples;
+	int last_incoming_cpu;
+	unsigned last_napi_id;
+	uint64_t *incoming_cpu_counts; // [ncpu_ids], per sample
+	uint64_t napi_changes;         // samples whose NAPI id differs from the previous one
+};
+
+struct worker {
+	pthread_t thr;
+	int id;
+	int epfd;
+	int start_cpu;  // -1: not pinned
+	int cur_cpu;    // CPU it is pinned to now (-1: not pinned)
+	int last_seen_cpu;
+	uint64_t migrations;      // successful pin changes
+	uint64_t migrate_errors;
+	uint64_t hops;
+	uint64_t bad_short;
+	uint64_t bad_magic;
+	uint64_t recv_errors;
+	uint64_t served;
+	uint32_t nflows;
+	uint32_t *flows; // flow indices
+	char pad[64];
+};
+
+static struct {
+	uint32_t flows;
+	uint32_t base_port;
+	uint32_t peer_base_port;
+	char peer[64];
+	char bind_addr[64];
+	uint32_t workers;
+	enum pattern pattern;
+	uint32_t period_ms;
+	double duration_s;
+	int quiet;
+} cfg = {
+	.flows = 16, .base_port = 5000, .peer_base_port = 6000, .peer = "", .bind_addr = "",
+	.workers = 0, .pattern = PAT_NONE, .period_ms = 100, .duration_s = 10,
+};
+
+static int ncpu_ids;                  // highest possible CPU id + 1
+static int online[MAX_CPUS], nonline; // online CPUs in ascending order
+static int llc_of[MAX_CPUS];          // group index per CPU id, -1 if offline/unknown
+static int ngroups;
+static int group_cpus[MAX_CPUS][256];
+static int group_size[MAX_CPUS];
+static const char *llc_source = "none";
+
+static struct flow *flows;
+static struct worker *workers;
+static volatile sig_atomic_t stop_flag;
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "arfs-echo: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// Parse a Linux cpu list ("0-3,8,10-11") into a bitmap; returns number of CPUs set.
+static int parse_cpulist(const char *s, unsigned char *bits, int nbits)
+{
+	int n = 0;
+	while (*s && *s != '\n') {
+		char *end;
+		long a = strtol(s, &end, 10), b;
+		if (end == s)
+			break;
+		b = a;
+		s = end;
+		if (*s == '-') {
+			b = strtol(s + 1, &end, 10);
+			if (end == s + 1)
+				break;
+			s = end;
+		}
+		for (long c = a; c <= b && c < nbits; c++)
+			if (c >= 0 && !bits[c]) {
+				bits[c] = 1;
+				n++;
+			}
+		if (*s == ',')
+			s++;
+		else
+			break;
+	}
+	return n;
+}
+
+static int read_small(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return (int)n;
+}
+
+static long read_long(const char *path, long dflt)
+{
+	char buf[64];
+	if (read_small(path, buf, sizeof(buf)) <= 0)
+		return dflt;
+	return strtol(buf, NULL, 10);
+}
+
+static void discover_cpus(void)
+{
+	static unsigned char bits[MAX_CPUS];
+	char buf[4096];
+	memset(bits, 0, sizeof(bits));
+	if (read_small("/sys/devices/system/cpu/online", buf, sizeof(buf)) > 0 &&
+	    parse_cpulist(buf, bits, MAX_CPUS) > 0) {
+		for (int c = 0; c < MAX_CPUS; c++)
+			if (bits[c])
+				online[nonline++] = c;
+	} else {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		if (n < 1)
+			n = 1;
+		if (n > MAX_CPUS)
+			n = MAX_CPUS;
+		for (int c = 0; c < n; c++)
+			online[nonline++] = c;
+	}
+	ncpu_ids = online[nonline - 1] + 1;
+	long conf = sysconf(_SC_NPROCESSORS_CONF);
+	if (conf > ncpu_ids && conf <= MAX_CPUS)
+		ncpu_ids = (int)conf;
+}
+
+// LLC groups: the cache index whose level is 3 (normally index3), shared_cpu_list;
+// fallback: same (physical_package_id, die_id).
+static void discover_llc(void)
+{
+	char path[256], buf[4096];
+	static char keys[MAX_CPUS][1024];
+	int have_cache = 1;
+
+	for (int i = 0; i < nonline; i++) {
+		int c = online[i];
+		keys[c][0] = 0;
+		int found = 0;
+		for (int idx = 0; idx < 8 && !found; idx++) {
+			snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d/level", c, idx);
+			long lvl = read_long(path, -1);
+			if (lvl < 0 && idx > 3)
+				break;
+			if (lvl != 3)
+				continue;
+			snprintf(path, sizeof(path),
+				 "/sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list", c, idx);
+			if (read_small(path, buf, sizeof(buf)) > 0) {
+				buf[strcspn(buf, "\n")] = 0;
+				snprintf(keys[c], sizeof(keys[c]), "L3:%.1000s", buf);
+				found = 1;
+			}
+		}
+		if (!found) {
+			snprintf(path, sizeof(path),
+				 "/sys/devices/system/cpu/cpu%d/cache/index3/shared_cpu_list", c);
+			if (read_small(path, buf, sizeof(buf)) > 0) {
+				buf[strcspn(buf, "\n")] = 0;
+				snprintf(keys[c], sizeof(keys[c]), "L3:%.1000s", buf);
+				found = 1;
+			}
+		}
+		if (!found)
+			have_cache = 0;
+	}
+	if (have_cache) {
+		llc_source = "cache/index3/shared_cpu_list";
+	} else {
+		llc_source = "topology/physical_package_id+die_id";
+		for (int i = 0; i < nonline; i++) {
+			int c = online[i];
+			snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+			long pkg = read_long(path, 0);
+			snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/die_id", c);
+			long die = read_long(path, 0);
+			snprintf(keys[c], sizeof(keys[c]), "P%ld:D%ld", pkg, die);
+		}
+	}
+	for (int c = 0; c < MAX_CPUS; c++)
+		llc_of[c] = -1;
+	ngroups = 0;
+	for (int i = 0; i < nonline; i++) {
+		int c = online[i], g;
+		for (g = 0; g < ngroups; g++)
+			if (strcmp(keys[group_cpus[g][0]], keys[c]) == 0)
+				break;
+		if (g == ngroups)
+			ngroups++;
+		if (group_size[g] < (int)(sizeof(group_cpus[0]) / sizeof(group_cpus[0][0])))
+			group_cpus[g][group_size[g]++] = c;
+		llc_of[c] = g;
+	}
+}
+
+static int pin_self(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set); // 0 = calling thread
+}
+
+// Next CPU for a hopping worker.
+static int next_cpu(struct worker *w)
+{
+	int cur = w->cur_cpu >= 0 ? w->cur_cpu : w->start_cpu;
+	int g = llc_of[cur];
+	if (g < 0)
+		return cur;
+	if (cfg.pattern == PAT_HOP_WITHIN_LLC || ngroups < 2) {
+		// stay inside the starting CPU's LLC, round-robin over its CPUs
+		int sg = llc_of[w->start_cpu];
+		int pos = 0;
+		for (int i = 0; i < group_size[sg]; i++)
+			if (group_cpus[sg][i] == cur)
+				pos = i;
+		return group_cpus[sg][(pos + 1) % group_size[sg]];
+	}
+	// hop-across-llc: go to the next LLC group; rotate the position inside it so that
+	// successive visits use different CPUs of that group.
+	int ng = (g + 1) % ngroups;
+	int pos = (int)((w->hops + (uint64_t)w->id) % (uint64_t)group_size[ng]);
+	return group_cpus[ng][pos];
+}
+
+static void sample_incoming(struct flow *f)
+{
+	int cpu = -1;
+	unsigned napi = 0;
+	socklen_t l = sizeof(cpu);
+	if (getsockopt(f->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &l) < 0)
+		cpu = -1;
+	l = sizeof(napi);
+	if (getsockopt(f->fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
+		napi = 0;
+	if (f->samples && napi != f->last_napi_id)
+		f->napi_changes++;
+	f->samples++;
+	f->last_incoming_cpu = cpu;
+	f->last_napi_id = napi;
+	if (cpu >= 0 && cpu < ncpu_ids)
+		f->incoming_cpu_counts[cpu]++;
+}
+
+static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
+{
+	for (int n = 0; n < BATCH; n++) {
+		ssize_t len = recv(f->fd, buf, RX_BUF, MSG_DONTWAIT);
+		if (len < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				w->recv_errors++; // e.g. ECONNREFUSED from an ICMP error
+			return;
+		}
+		if (n == 0)
+			sample_incoming(f);
+		if (len < 16) {
+			w->bad_short++;
+			continue;
+		}
+		if (memcmp(buf, "ARFS", 4) != 0) {
+			w->bad_magic++;
+			continue;
+		}
+		uint32_t fidx;
+		memcpy(&fidx, buf + 4, 4);
+		if (ntohl(fidx) != f->idx)
+			f->flow_mismatch++;
+		int cpu = sched_getcpu();
+		uint32_t be = htonl((uint32_t)cpu);
+		memcpy(buf + 12, &be, 4);
+		f->requests++;
+		w->served++;
+		if (cpu >= 0 && cpu < ncpu_ids)
+			f->cpu_counts[cpu]++;
+		f->last_cpu = cpu;
+		w->last_seen_cpu = cpu;
+		if (send(f->fd, buf, (size_t)len, MSG_DONTWAIT) == len)
+			f->replies++;
+		else
+			f->send_errors++;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	unsigned char *buf = malloc(RX_BUF);
+	struct epoll_event evs[BATCH];
+	if (!buf)
+		die("out of memory");
+
+	if (w->start_cpu >= 0) {
+		if (pin_self(w->start_cpu) == 0)
+			w->cur_cpu = w->start_cpu;
+		else
+			w->migrate_errors++;
+	}
+	int hopping = cfg.pattern == PAT_HOP_WITHIN_LLC || cfg.pattern == PAT_HOP_ACROSS_LLC;
+	double period = cfg.period_ms / 1000.0;
+	double next_hop = now_s() + period;
+
+	while (!stop_flag) {
+		int timeout = 100;
+		if (hopping) {
+			double t = now_s();
+			if (t >= next_hop) {
+				int c = next_cpu(w);
+				w->hops++;
+				if (c != w->cur_cpu) {
+					if (pin_self(c) == 0) {
+						w->cur_cpu = c;
+						w->migrations++;
+					} else {
+						w->migrate_errors++;
+					}
+				}
+				next_hop += period;
+				if (next_hop < t) // fell behind (e.g. period shorter than a tick): resync
+					next_hop = t + period;
+			}
+			int ms = (int)((next_hop - now_s()) * 1000.0) + 1;
+			if (ms < timeout)
+				timeout = ms < 0 ? 0 : ms;
+		}
+		int n = epoll_wait(w->epfd, evs, BATCH, timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			die("epoll_wait: %s", strerror(errno));
+		}
+		for (int i = 0; i < n; i++) {
+			uint32_t fi = evs[i].data.u32;
+			if (fi < cfg.flows)
+				serve_flow(w, &flows[fi], buf);
+		}
+	}
+	w->last_seen_cpu = sched_getcpu();
+	free(buf);
+	return NULL;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static void usage(FILE *o)
+{
+	fprintf(o,
+		"usage: arfs-echo --peer IP [options]\n"
+		"  --flows N            number of flows / sockets (default 16)\n"
+		"  --base-port P        guest local port of flow i = P+i (default 5000)\n"
+		"  --peer IP            peer address every flow socket is connected to (IPv4 or IPv6)\n"
+		"  --peer-base-port Q   peer port of flow i = Q+i (default 6000)\n"
+		"  --bind IP            local address to bind (default: any)\n"
+		"  --workers W          worker threads (default: number of online CPUs)\n"
+		"  --pattern none|scheduler|hop-within-llc|hop-across-llc (default none)\n"
+		"  --period-ms M        hop period for hop-* patterns (default 100)\n"
+		"  --duration-s D       run time in seconds, fractions allowed; 0 = until SIGINT/SIGTERM (default 10)\n"
+		"  --quiet              no progress lines on stderr\n");
+}
+
+static unsigned long parse_num(const char *opt, const char *s, unsigned long max)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v > max)
+		die("bad value for %s: '%s' (0..%lu)", opt, s, max);
+	return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "flows", required_argument, 0, 'f' },
+		{ "base-port", required_argument, 0, 'p' },
+		{ "peer", required_argument, 0, 'P' },
+		{ "peer-base-port", required_argument, 0, 'q' },
+		{ "bind", required_argument, 0, 'b' },
+		{ "workers", required_argument, 0, 'w' },
+		{ "pattern", required_argument, 0, 't' },
+		{ "period-ms", required_argument, 0, 'm' },
+		{ "duration-s", required_argument, 0, 'd' },
+		{ "quiet", no_argument, 0, 'Q' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f': cfg.flows = (uint32_t)parse_num("--flows", optarg, MAX_FLOWS); break;
+		case 'p': cfg.base_port = (uint32_t)parse_num("--base-port", optarg, 65535); break;
+		case 'q': cfg.peer_base_port = (uint32_t)parse_num("--peer-base-port", optarg, 65535); break;
+		case 'P': snprintf(cfg.peer, sizeof(cfg.peer), "%s", optarg); break;
+		case 'b': snprintf(cfg.bind_addr, sizeof(cfg.bind_addr), "%s", optarg); break;
+		case 'w': cfg.workers = (uint32_t)parse_num("--workers", optarg, MAX_WORKERS); break;
+		case 'm': cfg.period_ms = (uint32_t)parse_num("--period-ms", optarg, 3600 * 1000); break;
+		case 'Q': cfg.quiet = 1; break;
+		case 'd': {
+			char *end;
+			cfg.duration_s = strtod(optarg, &end);
+			if (end == optarg || *end || !(cfg.duration_s >= 0) || cfg.duration_s > 1e7)
+				die("bad value for --duration-s: '%s'", optarg);
+			break;
+		}
+		case 't': {
+			int i;
+			for (i = 0; i < 4; i++)
+				if (strcmp(optarg, pattern_names[i]) == 0)
+					break;
+			if (i == 4)
+				die("bad --pattern '%s' (none|scheduler|hop-within-llc|hop-across-llc)", optarg);
+			cfg.pattern = (enum pattern)i;
+			break;
+		}
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		exit(2);
+	}
+	if (!cfg.peer[0])
+		die("--peer is required");
+	if (cfg.flows == 0)
+		die("--flows must be >= 1");
+	if (cfg.base_port + cfg.flows - 1 > 65535 || cfg.base_port == 0)
+		die("--base-port + --flows exceeds the port range");
+	if (cfg.peer_base_port + cfg.flows - 1 > 65535 || cfg.peer_base_port == 0)
+		die("--peer-base-port + --flows exceeds the port range");
+	if ((cfg.pattern == PAT_HOP_WITHIN_LLC || cfg.pattern == PAT_HOP_ACROSS_LLC) && cfg.period_ms == 0)
+		die("--period-ms must be > 0 for hop patterns");
+}
+
+static int open_flow_socket(uint32_t i)
+{
+	struct sockaddr_storage local, peer;
+	socklen_t len;
+	int family;
+	memset(&local, 0, sizeof(local));
+	memset(&peer, 0, sizeof(peer));
+	struct sockaddr_in *p4 = (struct sockaddr_in *)&peer, *l4 = (struct sockaddr_in *)&local;
+	struct sockaddr_in6 *p6 = (struct sockaddr_in6 *)&peer, *l6 = (struct sockaddr_in6 *)&local;
+
+	if (inet_pton(AF_INET, cfg.peer, &p4->sin_addr) == 1) {
+		family = AF_INET;
+		p4->sin_family = AF_INET;
+		p4->sin_port = htons((uint16_t)(cfg.peer_base_port + i));
+		l4->sin_family = AF_INET;
+		l4->sin_port = htons((uint16_t)(cfg.base_port + i));
+		if (cfg.bind_addr[0] && inet_pton(AF_INET, cfg.bind_addr, &l4->sin_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(struct sockaddr_in);
+	} else if (inet_pton(AF_INET6, cfg.peer, &p6->sin6_addr) == 1) {
+		family = AF_INET6;
+		p6->sin6_family = AF_INET6;
+		p6->sin6_port = htons((uint16_t)(cfg.peer_base_port + i));
+		l6->sin6_family = AF_INET6;
+		l6->sin6_port = htons((uint16_t)(cfg.base_port + i));
+		if (cfg.bind_addr[0] && inet_pton(AF_INET6, cfg.bind_addr, &l6->sin6_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(struct sockaddr_in6);
+	} else {
+		die("bad --peer address '%s'", cfg.peer);
+	}
+	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		die("socket: %s", strerror(errno));
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&local, len) < 0)
+		die("bind port %u: %s", cfg.base_port + i, strerror(errno));
+	if (connect(fd, (struct sockaddr *)&peer, len) < 0)
+		die("connect %s:%u: %s", cfg.peer, cfg.peer_base_port + i, strerror(errno));
+	return fd;
+}
+
+static void print_json(double elapsed)
+{
+	uint64_t bad_short = 0, bad_magic = 0, recv_errors = 0, treq = 0, trep = 0, tsend_err = 0, tmis = 0;
+	for (uint32_t w = 0; w < cfg.workers; w++) {
+		bad_short += workers[w].bad_short;
+		bad_magic += workers[w].bad_magic;
+		recv_errors += workers[w].recv_errors;
+	}
+	for (uint32_t i = 0; i < cfg.flows; i++) {
+		treq += flows[i].requests;
+		trep += flows[i].replies;
+		tsend_err += flows[i].send_errors;
+		tmis += flows[i].flow_mismatch;
+	}
+	FILE *o = stdout;
+	fprintf(o, "ARFS-ECHO-JSON-BEGIN\n");
+	fprintf(o, "{\"tool\":\"arfs-echo\",\"version\":1,");
+	fprintf(o, "\"config\":{\"flows\":%u,\"base_port\":%u,\"peer\":\"%s\",\"peer_base_port\":%u,"
+		   "\"workers\":%u,\"pattern\":\"%s\",\"period_ms\":%u,\"duration_s\":%.3f},",
+		cfg.flows, cfg.base_port, cfg.peer, cfg.peer_base_port, cfg.workers,
+		pattern_names[cfg.pattern], cfg.period_ms, cfg.duration_s);
+	fprintf(o, "\"elapsed_s\":%.3f,\"ncpus\":%d,\"online_cpus\":[", elapsed, ncpu_ids);
+	for (int i = 0; i < nonline; i++)
+		fprintf(o, "%s%d", i ? "," : "", online[i]);
+	fprintf(o, "],\"llc_source\":\"%s\",\"llc_groups\":[", llc_source);
+	for (int g = 0; g < ngroups; g++) {
+		fprintf(o, "%s[", g ? "," : "");
+		for (int i = 0; i < group_size[g]; i++)
+			fprintf(o, "%s%d", i ? "," : "", group_cpus[g][i]);
+		fprintf(o, "]");
+	}
+	fprintf(o, "],\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"recv_errors\":%llu,"
+		   "\"flow_mismatch\":%llu,\"bad_requests\":%llu,\"bad_short\":%llu,\"bad_magic\":%llu,",
+		(unsigned long long)treq, (unsigned long long)trep, (unsigned long long)tsend_err,
+		(unsigned long long)recv_errors, (unsigned long long)tmis,
+		(unsigned long long)(bad_short + bad_magic), (unsigned long long)bad_short,
+		(unsigned long long)bad_magic);
+	fprintf(o, "\"workers\":[");
+	for (uint32_t w = 0; w < cfg.workers; w++) {
+		struct worker *wk = &workers[w];
+		fprintf(o, "%s{\"worker\":%u,\"flows\":%u,\"start_cpu\":%d,\"last_cpu\":%d,\"served\":%llu,"
+			   "\"hops\":%llu,\"migrations\":%llu,\"migrate_errors\":%llu}",
+			w ? "," : "", w, wk->nflows, wk->start_cpu, wk->last_seen_cpu,
+			(unsigned long long)wk->served, (unsigned long long)wk->hops,
+			(unsigned long long)wk->migrations, (unsigned long long)wk->migrate_errors);
+	}
+	fprintf(o, "],\"flows\":[");
+	for (uint32_t i = 0; i < cfg.flows; i++) {
+		struct flow *f = &flows[i];
+		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%u,"
+			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_counts\":[",
+			i ? "," : "", i, cfg.base_port + i, cfg.peer_base_port + i, i % cfg.workers,
+			(unsigned long long)f->requests, (unsigned long long)f->replies,
+			(unsigned long long)f->send_errors, f->last_cpu);
+		for (int c = 0; c < ncpu_ids; c++)
+			fprintf(o, "%s%llu", c ? "," : "", (unsigned long long)f->cpu_counts[c]);
+		fprintf(o, "],\"samples\":%llu,\"last_incoming_cpu\":%d,\"last_napi_id\":%u,\"napi_changes\":%llu,"
+			   "\"incoming_cpu_counts\":[",
+			(unsigned long long)f->samples, f->last_incoming_cpu, f->last_napi_id,
+			(unsigned long long)f->napi_changes);
+		for (int c = 0; c < ncpu_ids; c++)
+			fprintf(o, "%s%llu", c ? "," : "", (unsigned long long)f->incoming_cpu_counts[c]);
+		fprintf(o, "]}");
+	}
+	fprintf(o, "\n]}\nARFS-ECHO-JSON-END\n");
+	fflush(o);
+}
+
+int main(int argc, char **argv)
+{
+	parse_args(argc, argv);
+	discover_cpus();
+	discover_llc();
+	if (cfg.workers == 0)
+		cfg.workers = (uint32_t)nonline;
+	if (cfg.workers > cfg.flows)
+		cfg.workers = cfg.flows; // a worker without flows would only hop around
+
+	fprintf(stderr, "arfs-echo: %d online CPUs, %d LLC group(s) from %s:", nonline, ngroups, llc_source);
+	for (int g = 0; g < ngroups; g++) {
+		fprintf(stderr, " {");
+		for (int i = 0; i < group_size[g]; i++)
+			fprintf(stderr, "%s%d", i ? "," : "", group_cpus[g][i]);
+		fprintf(stderr, "}");
+	}
+	fprintf(stderr, "\n");
+	if (cfg.pattern == PAT_HOP_ACROSS_LLC && ngroups < 2)
+		fprintf(stderr, "arfs-echo: warning: only one LLC group; hop-across-llc behaves like hop-within-llc\n");
+
+	flows = calloc(cfg.flows, sizeof(*flows));
+	workers = calloc(cfg.workers, sizeof(*workers));
+	if (!flows || !workers)
+		die("out of memory");
+	for (uint32_t w = 0; w < cfg.workers; w++) {
+		struct worker *wk = &workers[w];
+		wk->id = (int)w;
+		wk->start_cpu = cfg.pattern == PAT_SCHEDULER ? -1 : online[w % (uint32_t)nonline];
+		wk->cur_cpu = -1;
+		wk->last_seen_cpu = -1;
+		wk->flows = calloc(cfg.flows / cfg.workers + 1, sizeof(uint32_t));
+		wk->epfd = epoll_create1(EPOLL_CLOEXEC);
+		if (!wk->flows || wk->epfd < 0)
+			die("worker setup: %s", strerror(errno));
+	}
+	for (uint32_t i = 0; i < cfg.flows; i++) {
+		struct flow *f = &flows[i];
+		f->idx = i;
+		f->last_cpu = -1;
+		f->last_incoming_cpu = -1;
+		f->cpu_counts = calloc((size_t)ncpu_ids, sizeof(uint64_t));
+		f->incoming_cpu_counts = calloc((size_t)ncpu_ids, sizeof(uint64_t));
+		if (!f->cpu_counts || !f->incoming_cpu_counts)
+			die("out of memory");
+		f->fd = open_flow_socket(i);
+		struct worker *wk = &workers[i % cfg.workers];
+		wk->flows[wk->nflows++] = i;
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = i };
+		if (epoll_ctl(wk->epfd, EPOLL_CTL_ADD, f->fd, &ev) < 0)
+			die("epoll_ctl: %s", strerror(errno));
+	}
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	fprintf(stderr, "arfs-echo: %u flows on ports %u..%u -> %s:%u..%u, %u workers, pattern %s, period %u ms, duration %.3f s\n",
+		cfg.flows, cfg.base_port, cfg.base_port + cfg.flows - 1, cfg.peer, cfg.peer_base_port,
+		cfg.peer_base_port + cfg.flows - 1, cfg.workers, pattern_names[cfg.pattern], cfg.period_ms,
+		cfg.duration_s);
+	fprintf(stderr, "arfs-echo: ready\n");
+
+	double t0 = now_s();
+	for (uint32_t w = 0; w < cfg.workers; w++) {
+		int rc = pthread_create(&workers[w].thr, NULL, worker_main, &workers[w]);
+		if (rc)
+			die("pthread_create: %s", strerror(rc));
+	}
+	double end = cfg.duration_s > 0 ? t0 + cfg.duration_s : 0;
+	double next_report = t0 + 1.0;
+	uint64_t last_req = 0;
+	while (!stop_flag) {
+		double t = now_s();
+		if (end && t >= end)
+			break;
+		double wait = 0.2;
+		if (end && end - t < wait)
+			wait = end - t;
+		struct timespec ts = { (time_t)wait, (long)((wait - (time_t)wait) * 1e9) };
+		nanosleep(&ts, NULL);
+		if (!cfg.quiet && now_s() >= next_report) {
+			uint64_t req = 0;
+			for (uint32_t i = 0; i < cfg.flows; i++)
+				req += flows[i].requests; // racy read, progress only
+			fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s)\n", now_s() - t0,
+				(unsigned long long)req, (unsigned long long)(req - last_req));
+			last_req = req;
+			next_report += 1.0;
+		}
+	}
+	stop_flag = 1;
+	for (uint32_t w = 0; w < cfg.workers; w++)
+		pthread_join(workers[w].thr, NULL);
+	double elapsed = now_s() - t0;
+	print_json(elapsed);
+	return 0;
+}
