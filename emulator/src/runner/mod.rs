@@ -316,6 +316,17 @@ fn run_one(
     let nic1 = emu.nic.snapshot();
     let be1 = backend.counters();
     let link = partner.stats();
+    if link.responses == 0 {
+        let tx: u64 = tx_delta(&be0, &be1).iter().sum();
+        let rx: u64 = be1.pairs.iter().zip(&be0.pairs).map(|(b, a)| b.rx_frames - a.rx_frames).sum();
+        bail!(
+            "no traffic passed: {} requests offered, 0 answered; the backend took {tx} frames from the guest and put {rx} into it. \
+             If both are 0, QEMU is not sharing guest memory with the backend (memory-backend-memfd needs share=on); \
+             serial log: {}",
+            link.requests,
+            q.serial_log.display()
+        );
+    }
     let mut device = nic_delta(&nic0, &nic1);
     device["tx_packets_per_queue"] = json!(tx_delta(&be0, &be1));
     let (misdelivered, compared) = flows_misdelivered(&link, &guest);
