@@ -133,7 +133,7 @@ pub struct PartitionStats {
 }
 
 struct Ctrl {
-    by_id: HashMap<u32, FlowKey>,
+    by_id: HashMap<u32, FlowKey, ahash::RandomState>,
     parts: Vec<PartitionStats>,
 }
 
@@ -155,7 +155,7 @@ impl FilterTable {
         let parts = names.iter().map(|&name| PartitionStats { name, capacity, ..Default::default() }).collect();
         FilterTable {
             map: DashMap::with_hasher(ahash::RandomState::new()),
-            ctrl: Mutex::new(Ctrl { by_id: HashMap::new(), parts }),
+            ctrl: Mutex::new(Ctrl { by_id: HashMap::with_hasher(ahash::RandomState::new()), parts }),
             layout,
         }
     }
@@ -189,9 +189,11 @@ impl FilterTable {
         if c.by_id.contains_key(&id) {
             return Err(FilterError::DuplicateId(id));
         }
-        if let Some(r) = self.map.get(&key) {
-            return Err(FilterError::DuplicateFlow { key, existing: r.id });
-        }
+        // One shard lock for the duplicate check and the insert.
+        let slot = match self.map.entry(key) {
+            dashmap::Entry::Occupied(o) => return Err(FilterError::DuplicateFlow { key, existing: o.get().id }),
+            dashmap::Entry::Vacant(v) => v,
+        };
         let p = self.partition_of(&key);
         let part = &mut c.parts[p];
         if part.rules_now >= part.capacity {
@@ -210,7 +212,7 @@ impl FilterTable {
             bytes: AtomicU64::new(0),
             last_hit_ns: AtomicU64::new(0),
         };
-        self.map.insert(key, Arc::new(rule));
+        slot.insert(Arc::new(rule));
         Ok(())
     }
 
