@@ -154,6 +154,9 @@ pub struct Guest {
     /// Extra module parameters (name = value).
     #[serde(default)]
     pub module_params: BTreeMap<String, String>,
+    /// Unload the module this many seconds into the workload (under load).
+    #[serde(default)]
+    pub rmmod_at_s: Option<f64>,
 }
 fn d_pattern() -> String {
     "none".into()
@@ -226,6 +229,12 @@ impl Scenario {
         }
         if self.guest.workers == 0 || self.guest.workers > 256 {
             return Err(err("guest.workers", "must be between 1 and 256"));
+        }
+        if self.guest.rmmod_at_s.is_some_and(|t| !(t >= 0.0 && t < self.duration_s)) {
+            return Err(err("guest.rmmod_at_s", "must be >= 0 and shorter than duration_s"));
+        }
+        if self.guest.rmmod_at_s.is_some() && !self.guest.module {
+            return Err(err("guest.rmmod_at_s", "needs guest.module = true"));
         }
         if !PATTERNS.contains(&self.guest.pattern.as_str()) {
             return Err(err("guest.pattern", format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", "))));

@@ -31,6 +31,8 @@ pub const PARTNER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 pub const GUEST_MAC: &str = "52:54:00:a5:f1:02";
 pub const GUEST_BASE_PORT: u16 = 7000;
 pub const PARTNER_BASE_PORT: u16 = 9000;
+/// Seconds the guest keeps serving after the link partner stops offering load.
+pub const GUEST_TAIL_S: f64 = 2.0;
 
 /// Options of `arfsnic run` that are not in the scenario.
 #[derive(Clone, Debug, Default)]
@@ -118,7 +120,9 @@ fn append_line(s: &Scenario, run: &Run) -> String {
         format!("arfs.workers={}", g.workers),
         format!("arfs.pattern={}", g.pattern),
         format!("arfs.period_ms={}", g.period_ms),
-        format!("arfs.duration={}", s.duration_s),
+        // The echo server outlives the offered load by GUEST_TAIL_S, so the last requests
+        // (and the console's lag in reporting `ready`) never meet a closed socket.
+        format!("arfs.duration={}", s.duration_s + GUEST_TAIL_S),
         format!("arfs.rps_sock_flow_entries={}", g.rps_sock_flow_entries),
         format!("arfs.rps_flow_cnt={}", g.rps_flow_cnt),
     ];
@@ -130,6 +134,9 @@ fn append_line(s: &Scenario, run: &Run) -> String {
         a.push("arfs.modarg=arfs_virtio.ifname=@IFNAME@".into());
         for (k, v) in &g.module_params {
             a.push(format!("arfs.modarg=arfs_virtio.{k}={v}"));
+        }
+        if let Some(t) = g.rmmod_at_s {
+            a.push(format!("arfs.rmmod_at={t}"));
         }
     }
     a.join(" ")
@@ -237,8 +244,7 @@ fn run_one(
     let mut guest_json = String::new();
     let mut in_json = false;
     let mut got_json = false;
-    let margin = (s.duration_s * 0.1).min(1.0);
-    let traffic_for = Duration::from_secs_f64((s.duration_s - margin).max(0.1));
+    let traffic_for = Duration::from_secs_f64(s.duration_s);
     let mut finish_deadline: Option<Instant> = None;
     // Device-clock window of the traffic (for rates).
     let mut window = (0u64, 0u64);

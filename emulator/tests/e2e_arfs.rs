@@ -1,0 +1,150 @@
+//! End-to-end tests of the guest aRFS path: the `arfs_virtio` module in stock Debian
+//! 6.12 and 6.1 guests, steering through the in-band control protocol. Ignored by a
+//! plain `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    for (f, text) in extra_files {
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    let scen = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&scen, toml).unwrap();
+    let out = dir.path().join("report.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(&scen)
+        .arg("--json")
+        .arg(&out)
+        .arg("--logdir")
+        .arg(root().join(".cache/e2e").join(name))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "arfsnic run {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
+
+/// The steer scenario: 4 vCPUs as 2 LLCs, 4 queues, RFS configured, workers hopping
+/// across LLCs, the module loaded.
+fn steer_toml(kernel: &str, duration: u32) -> String {
+    std::fs::read_to_string(root().join("configs/scenarios/steer.toml"))
+        .unwrap()
+        .replace("kernel = \"debian-6.12\"", &format!("kernel = \"{kernel}\""))
+        .replace("duration_s = 10", &format!("duration_s = {duration}"))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn check_steering(r: &Value) {
+    let run = &r["runs"][0];
+    let g = &run["guest"];
+    let f = &run["device"]["filter"];
+    assert_eq!(g["module"], true, "the guest module must have reported STATS");
+    assert!(u(&g["steer_calls"]) > 0, "steer_calls: {g}");
+    assert!(u(&f["adds"]) > 0, "device adds: {f}");
+    assert_eq!(run["link"]["lost"], 0);
+    assert_eq!(run["device"]["flows_misdelivered"], 0);
+    // Guest and device agree on completed commands; the last STATS frame may be up to
+    // 100 ms old, so allow the few commands that can complete in that time.
+    for (gk, dk) in [("adds_ok", "adds"), ("mods_ok", "mods"), ("dels_ok", "dels")] {
+        let (gv, dv) = (u(&g[gk]) as i64, u(&f[dk]) as i64);
+        assert!((gv - dv).abs() <= 4, "{gk} {gv} (guest) vs {dk} {dv} (device)");
+    }
+    // Every flow with a live filter had its last packet on the filter's queue.
+    let mut with_filter = 0;
+    for fl in run["flows"].as_array().unwrap() {
+        if let Some(q) = fl["filter_queue"].as_u64() {
+            with_filter += 1;
+            assert_eq!(fl["queue"].as_u64(), Some(q), "flow {fl}");
+        }
+    }
+    assert!(with_filter > 0, "no flow had a filter at the end");
+    assert!(u(&run["device"]["filter_delivered"]) > 0);
+}
+
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn steering_on_debian_6_12() {
+    check_steering(&run_scenario("arfs-6.12", &steer_toml("debian-6.12", 8), &[]));
+}
+
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn steering_on_debian_6_1() {
+    check_steering(&run_scenario("arfs-6.1", &steer_toml("debian-6.1", 8), &[]));
+}
+
+fn profile_with(extra: &str) -> String {
+    let base = std::fs::read_to_string(root().join("configs/mlx5-cx6.toml")).unwrap();
+    let base = base.replace("name = \"mlx5-cx6\"", "name = \"test\"");
+    format!("{base}\n{extra}")
+}
+
+/// With a fixed 50 us ADD latency the driver waits at least that long.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn driver_sees_the_device_latency() {
+    let prof = profile_with("").replace(
+        "add = { dist = \"lognormal\", median_us = 40, sigma = 0.5 }",
+        "add = { dist = \"fixed\", us = 50 }",
+    );
+    assert!(prof.contains("us = 50 }"));
+    let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"lat50.toml\"");
+    let r = run_scenario("lat50", &t, &[("lat50.toml", prof)]);
+    let run = &r["runs"][0];
+    assert!(run["device"]["filter"]["cmd_latency_us_p50"].as_f64().unwrap() >= 50.0);
+    // The driver's p50 lies in a log2 bucket; its lower edge must be >= 50 us.
+    let p50 = &run["guest"]["cmd_latency_us_p50"];
+    assert!(p50["lo_us"].as_f64().unwrap() >= 50.0, "driver-observed p50 bucket {p50}");
+}
+
+/// 30 % of ADDs fail with ENOSPC: the driver counts exactly the device's rejects.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn enospc_counts_agree() {
+    let prof = profile_with("").replace(
+        "[faults]\ndisabled = false",
+        "[faults]\nadd = { rate = 0.3, errno = \"ENOSPC\" }\ndisabled = false",
+    );
+    assert!(prof.contains("ENOSPC"));
+    let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"enospc.toml\"");
+    let r = run_scenario("enospc", &t, &[("enospc.toml", prof)]);
+    let run = &r["runs"][0];
+    let dev = u(&run["device"]["filter"]["add_rejects"]["ENOSPC"]);
+    let guest = u(&run["guest"]["add_errors"]["ENOSPC"]);
+    assert!(dev > 0);
+    assert_eq!(guest, dev, "guest ENOSPC count vs device rejects");
+}
+
+/// `rmmod` under load: no BUG/WARN in the guest, and the module's FLUSH empties the
+/// device table.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn rmmod_under_load_is_clean() {
+    let t = steer_toml("debian-6.12", 8).replace("module = true", "module = true\nrmmod_at_s = 4");
+    let r = run_scenario("rmmod", &t, &[]);
+    let run = &r["runs"][0];
+    let sys = &run["guest"]["system"];
+    assert_eq!(sys["dmesg_warnings"], 0, "guest kernel log: {}", sys["dmesg_warnings"]);
+    let rm = sys["rmmod"].to_string();
+    assert!(rm.contains("ok") && !rm.contains("failed"), "rmmod: {rm}");
+    assert!(u(&run["device"]["filter"]["adds"]) > 0, "steering happened before the unload");
+    assert_eq!(run["device"]["filter"]["rules_now"], 0, "device table after unload");
+    assert!(u(&run["link"]["responses"]) > 0);
+}
