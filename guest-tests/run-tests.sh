@@ -19,4 +19,4 @@ else
     echo "not root: skipping provisioning; guest-tests/provision.sh must have run" >&2
 fi
 cargo build --locked --release
-cargo test --locked --release --test e2e -- --ignored --test-threads=1 --nocapture
+cargo test --locked --release --test e2e --test e2e_arfs -- --ignored --test-threads=1 --nocapture
