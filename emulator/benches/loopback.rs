@@ -132,7 +132,9 @@ impl Rig {
                 r.post_rx(&g, id, buf_addr(q, id), BUF_LEN);
                 let a = GuestAddress(buf_addr(q, id));
                 // Whole buffer inside the (single) region: the raw baseline may copy into it.
-                g.mem().get_slice(a, BUF_LEN as usize).expect("buffer in guest memory");
+                g.mem()
+                    .get_slice(a, BUF_LEN as usize)
+                    .expect("buffer in guest memory");
                 host.push(g.mem().get_host_address(a).expect("host address"));
             }
             r.arm_interrupt(&g);
@@ -269,9 +271,9 @@ impl Rig {
             let i = (start + k) % FLOWS;
             let (a, _) = self.next_buf(fr.queues[i]);
             let m = self.g.mem();
-            let r = m.write_slice(&hdr, GuestAddress(a)).and_then(|()| {
-                m.write_slice(&fr.frames[i], GuestAddress(a + NET_HDR_LEN as u64))
-            });
+            let r = m
+                .write_slice(&hdr, GuestAddress(a))
+                .and_then(|()| m.write_slice(&fr.frames[i], GuestAddress(a + NET_HDR_LEN as u64)));
             ok += usize::from(r.is_ok());
         }
         ok
@@ -400,12 +402,15 @@ fn main() {
     let mut rig = Rig::new();
     let sets = [rig.frames(64), rig.frames(1514)];
     run_criterion(&mut rig, &sets);
+    // LOOPBACK_ROUNDS=0: criterion only (e.g. under a profiler with a benchmark filter).
     if !quick {
         let rounds = std::env::var("LOOPBACK_ROUNDS")
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(9);
-        interleaved_summary(&mut rig, &sets, rounds);
+        if rounds > 0 {
+            interleaved_summary(&mut rig, &sets, rounds);
+        }
     }
     let n = rig.emu.nic.snapshot();
     assert_eq!(
@@ -413,6 +418,8 @@ fn main() {
         0,
         "the harness never lets a queue run dry"
     );
-    assert!(n.queues.iter().map(|q| q.filter_delivered).sum::<u64>() > 0);
-    assert!(n.queues.iter().all(|q| q.rss_delivered > 0));
+    if !quick {
+        assert!(n.queues.iter().map(|q| q.filter_delivered).sum::<u64>() > 0);
+        assert!(n.queues.iter().all(|q| q.rss_delivered > 0));
+    }
 }

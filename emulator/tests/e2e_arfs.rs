@@ -15,7 +15,7 @@ fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Value
     for (f, text) in extra_files {
         std::fs::write(dir.path().join(f), text).unwrap();
     }
-    let scen = dir.path().join(format!("{name}.toml"));
+    let scen = dir.path().join(format!("scenario-{name}.toml"));
     std::fs::write(&scen, toml).unwrap();
     let out = dir.path().join("report.json");
     let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arfsnic::vhost::testing::{vring_state, DrvRing, Frontend, GuestMem, Vrings};
 use arfsnic::vhost::testing::req::{GET_FEATURES, SET_VRING_ENABLE};
+use arfsnic::vhost::testing::{vring_state, DrvRing, Frontend, GuestMem, Vrings};
 use arfsnic::vhost::{features, Backend, DeviceHooks, RxError, RxPort, ServeConfig};
 use vm_memory::{Bytes, GuestAddress};
 
@@ -296,7 +296,8 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
     // ---- ethtool -L: disable the last pair.
     let last = pairs - 1;
     for i in [2 * u32::from(last), 2 * u32::from(last) + 1] {
-        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[]).unwrap();
+        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[])
+            .unwrap();
     }
     assert_eq!(fe.get_u64(GET_FEATURES).unwrap(), features::OFFERED);
     assert_eq!(
@@ -483,7 +484,9 @@ fn hostile_descriptors_are_counted_not_fatal() {
     let f = frame(80, 42);
     let a = BUF_BASE + 0x4_0000;
     g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-    g.mem().write_slice(&f, GuestAddress(a + HDR as u64)).unwrap();
+    g.mem()
+        .write_slice(&f, GuestAddress(a + HDR as u64))
+        .unwrap();
     v.rings[t].add_chain(&g, &[(a, (HDR + 80) as u32, false)]);
     v.kicks[t].write(1).unwrap();
     wait_for("good frame after bad ones", || {

@@ -503,7 +503,9 @@ impl Frontend {
         }
         let pf = self.get_u64(req::GET_PROTOCOL_FEATURES)?;
         if pf & (PROTO_MQ | PROTO_REPLY_ACK) != PROTO_MQ | PROTO_REPLY_ACK {
-            return Err(proto_err(format!("protocol features {pf:#x} lack MQ/REPLY_ACK")));
+            return Err(proto_err(format!(
+                "protocol features {pf:#x} lack MQ/REPLY_ACK"
+            )));
         }
         let proto = PROTO_MQ | PROTO_REPLY_ACK;
         self.req(req::SET_PROTOCOL_FEATURES, &proto.to_le_bytes(), &[], false)?;
