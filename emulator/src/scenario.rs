@@ -157,6 +157,10 @@ pub struct Guest {
     /// Unload the module this many seconds into the workload (under load).
     #[serde(default)]
     pub rmmod_at_s: Option<f64>,
+    /// After the load: set rps_flow_cnt to 0 and wait this many whole seconds, so the
+    /// driver's expiry removes its rules (they never expire on an idle CPU otherwise).
+    #[serde(default)]
+    pub expire_after_load_s: Option<u32>,
 }
 fn d_pattern() -> String {
     "none".into()

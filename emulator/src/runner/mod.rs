@@ -138,6 +138,9 @@ fn append_line(s: &Scenario, run: &Run) -> String {
         if let Some(t) = g.rmmod_at_s {
             a.push(format!("arfs.rmmod_at={t}"));
         }
+        if let Some(t) = g.expire_after_load_s {
+            a.push(format!("arfs.expire_wait={t}"));
+        }
     }
     a.join(" ")
 }
