@@ -222,6 +222,11 @@ fn mod_del_flush_query() {
     let m = r.call(2, 13, &Request::Flush).1;
     assert_eq!((m.req_op, m.status), (op::FLUSH, 0));
     assert!(table.is_empty());
+    // The sink has the 13th completion; the runtime counts it right after sending.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while r.rt.frames_sent() < 13 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let s = r.rt.snapshot();
     assert_eq!((s.filter.adds, s.filter.mods, s.filter.dels, s.filter.flushes, s.filter.queries), (3, 1, 1, 1, 3));
     assert_eq!(s.engine.ops["query"].submitted, 4);

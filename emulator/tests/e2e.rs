@@ -2,39 +2,13 @@
 //! They need root and what `guest-tests/provision.sh` installs, so they are ignored
 //! by a plain `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
 
+mod common;
+
+use common::{root, run_scenario};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
-/// Run a scenario file (written to a temp dir from `toml`) and return the report.
-fn run_scenario(name: &str, toml: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let scen = dir.path().join(format!("{name}.toml"));
-    std::fs::write(&scen, toml).unwrap();
-    let out = dir.path().join("report.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
-        .args(["run", "--quiet", "--scenario"])
-        .arg(&scen)
-        .arg("--json")
-        .arg(&out)
-        .arg("--logdir")
-        .arg(root().join(".cache/e2e").join(name))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "arfsnic run {name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    println!("{}", String::from_utf8_lossy(&o.stdout));
-    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
-}
 
 fn u64s(v: &Value) -> Vec<u64> {
     v.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect()).unwrap_or_default()
@@ -49,7 +23,7 @@ fn smoke_toml() -> String {
 #[test]
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn smoke_rss_matches_classify_and_guest_counts() {
-    let r = run_scenario("smoke", &smoke_toml());
+    let r = run_scenario("smoke", &smoke_toml(), &[]);
     let run = &r["runs"][0];
     let link = &run["link"];
     assert!(link["requests"].as_u64().unwrap() > 1000, "{link}");
@@ -85,7 +59,7 @@ fn smoke_rss_matches_classify_and_guest_counts() {
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn three_queues_boot_and_pass_traffic() {
     let t = smoke_toml().replace("queues = 4", "queues = 3").replace("duration_s = 10", "duration_s = 5");
-    let r = run_scenario("queues3", &t);
+    let r = run_scenario("queues3", &t, &[]);
     let run = &r["runs"][0];
     assert_eq!(run["link"]["lost"], 0);
     let dev = u64s(&run["device"]["rx_packets_per_queue"]);
@@ -100,7 +74,7 @@ fn three_queues_boot_and_pass_traffic() {
 fn one_backend_serves_two_qemu_runs() {
     let t = smoke_toml().replace("duration_s = 10", "duration_s = 4")
         + "\n[[runs]]\nlabel = \"first\"\n\n[[runs]]\nlabel = \"second\"\n";
-    let r = run_scenario("two-runs", &t);
+    let r = run_scenario("two-runs", &t, &[]);
     assert_eq!(r["backend"]["connections"], 2);
     assert_eq!(r["runs"].as_array().unwrap().len(), 2);
     for run in r["runs"].as_array().unwrap() {

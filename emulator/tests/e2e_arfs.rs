@@ -2,41 +2,12 @@
 //! 6.12 and 6.1 guests, steering through the in-band control protocol. Ignored by a
 //! plain `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
 
+mod common;
+
+use common::{root, run_scenario};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
-fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    for (f, text) in extra_files {
-        std::fs::write(dir.path().join(f), text).unwrap();
-    }
-    let scen = dir.path().join(format!("scenario-{name}.toml"));
-    std::fs::write(&scen, toml).unwrap();
-    let out = dir.path().join("report.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
-        .args(["run", "--quiet", "--scenario"])
-        .arg(&scen)
-        .arg("--json")
-        .arg(&out)
-        .arg("--logdir")
-        .arg(root().join(".cache/e2e").join(name))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "arfsnic run {name} failed:\n{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    println!("{}", String::from_utf8_lossy(&o.stdout));
-    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
-}
 
 /// The steer scenario: 4 vCPUs as 2 LLCs, 4 queues, RFS configured, workers hopping
 /// across LLCs, the module loaded.

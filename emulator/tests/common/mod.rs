@@ -1,0 +1,42 @@
+//! Shared by the end-to-end test files: run `arfsnic run` on a scenario and read the
+//! JSON report.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Write `toml` (and `extra_files`, e.g. profiles it names) into a temp dir, run it, and
+/// return the report. Logs go to `.cache/e2e/<name>/`.
+pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    for (f, text) in extra_files {
+        std::fs::write(dir.path().join(f), text).unwrap();
+    }
+    let scen = dir.path().join(format!("scenario-{name}.toml"));
+    std::fs::write(&scen, toml).unwrap();
+    let out = dir.path().join("report.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--scenario"])
+        .arg(&scen)
+        .arg("--json")
+        .arg(&out)
+        .arg("--logdir")
+        .arg(root().join(".cache/e2e").join(name))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "arfsnic run {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+}
