@@ -81,6 +81,12 @@ pub struct Vm {
     /// auto (KVM when it really works, else TCG), kvm or tcg.
     #[serde(default = "d_accel")]
     pub accel: String,
+    /// Which topology level shares an L3 (QEMU `smp-cache.0.topology`): `core`, `die`,
+    /// `socket`, … Unset: QEMU's default for the CPU model. With QEMU 10.0 an Intel model
+    /// and `dies=2` aborts QEMU; two LLCs in one package are `sockets=1, cores=2,
+    /// threads=2, cpu = "Skylake-Server", l3_per = "core"` (qemu/README.md).
+    #[serde(default)]
+    pub l3_per: Option<String>,
 }
 fn one() -> u32 {
     1
@@ -212,6 +218,18 @@ impl Scenario {
         }
         if !matches!(v.accel.as_str(), "auto" | "kvm" | "tcg") {
             return Err(err("vm.accel", format!("{:?} is not auto, kvm or tcg", v.accel)));
+        }
+        if let Some(l) = &v.l3_per {
+            if !matches!(l.as_str(), "thread" | "core" | "module" | "cluster" | "die" | "socket") {
+                return Err(err("vm.l3_per", format!("{l:?} is not thread, core, module, cluster, die or socket")));
+            }
+        }
+        if v.dies > 1 && v.cpu != "max" && !v.cpu.starts_with("EPYC") && v.cpu != "qemu64" {
+            return Err(err(
+                "vm.dies",
+                "QEMU 10.0 aborts with an Intel CPU model and dies > 1 (cpuid 0x1f assertion); \
+                 for two LLCs in one package use cores = 2, threads = 2, l3_per = \"core\"",
+            ));
         }
         if v.memory_mb < 256 {
             return Err(err("vm.memory_mb", "needs at least 256"));

@@ -331,10 +331,13 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		if (len < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 				w->recv_errors++; // e.g. ECONNREFUSED from an ICMP error
+			// Sample once per batch, after the last packet read: the socket's
+			// NAPI id/CPU then belong to the newest packet it received, so the
+			// final sample of a run is the flow's last packet.
+			if (n > 0)
+				sample_incoming(f);
 			return;
 		}
-		if (n == 0)
-			sample_incoming(f);
 		if (len < 16) {
 			w->bad_short++;
 			continue;
@@ -361,6 +364,7 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		else
 			f->send_errors++;
 	}
+	sample_incoming(f);
 }
 
 static void *worker_main(void *arg)

@@ -19,6 +19,8 @@ pub struct QemuSpec {
     pub cores: u32,
     pub threads: u32,
     pub memory_mb: u32,
+    /// QEMU `smp-cache.0.topology` for the L3, if set.
+    pub l3_per: Option<String>,
     pub socket: PathBuf,
     pub queues: u16,
     pub mac: String,
@@ -39,7 +41,10 @@ impl QemuSpec {
             "-accel".into(),
             self.accel.clone(),
             "-machine".into(),
-            "q35,memory-backend=mem".into(),
+            match &self.l3_per {
+                Some(l) => format!("q35,memory-backend=mem,smp-cache.0.cache=l3,smp-cache.0.topology={l}"),
+                None => "q35,memory-backend=mem".into(),
+            },
             "-cpu".into(),
             self.cpu.clone(),
             "-smp".into(),
@@ -228,6 +233,7 @@ mod tests {
             cores: 2,
             threads: 1,
             memory_mb: 1024,
+            l3_per: None,
             socket: "/tmp/x.sock".into(),
             queues: 3,
             mac: "52:54:00:12:34:56".into(),
