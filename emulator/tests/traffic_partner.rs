@@ -59,12 +59,25 @@ impl FakeGuest {
         respond: bool,
         drop_seq: impl Fn(u32) -> bool + Send + Sync + 'static,
     ) -> (Arc<Self>, JoinHandle<()>) {
+        Self::build(respond, false, drop_seq)
+    }
+
+    /// A guest that answers every request and (if `answer_arp`) the partner's ARP.
+    fn arping(answer_arp: bool) -> (Arc<Self>, JoinHandle<()>) {
+        Self::build(true, answer_arp, |_| false)
+    }
+
+    fn build(
+        respond: bool,
+        answer_arp: bool,
+        drop_seq: impl Fn(u32) -> bool + Send + Sync + 'static,
+    ) -> (Arc<Self>, JoinHandle<()>) {
         let (tx, rx) = unbounded();
         let g = Arc::new(FakeGuest {
             partner: OnceLock::new(),
             drop_seq: Box::new(drop_seq),
             respond,
-            answer_arp: false,
+            answer_arp,
             flows: Mutex::new(HashMap::new()),
             others: Mutex::new(Vec::new()),
             tx,
@@ -452,18 +465,7 @@ fn arp_request_gets_exact_reply_and_teaches_guest_mac() {
 
 #[test]
 fn partner_arps_until_guest_answers_then_sends() {
-    let (tx, rx) = unbounded();
-    let g = Arc::new(FakeGuest {
-        partner: OnceLock::new(),
-        drop_seq: Box::new(|_| false),
-        respond: true,
-        answer_arp: false,
-        flows: Mutex::new(HashMap::new()),
-        others: Mutex::new(Vec::new()),
-        tx,
-        requests: AtomicU64::new(0),
-    });
-    let _h = responder(g.clone(), rx);
+    let (g, _h) = FakeGuest::arping(false);
     let p = wire(
         &g,
         PartnerConfig {
@@ -526,18 +528,7 @@ fn partner_arps_until_guest_answers_then_sends() {
 
 #[test]
 fn guest_that_answers_arp_is_found() {
-    let (tx, rx) = unbounded();
-    let g = Arc::new(FakeGuest {
-        partner: OnceLock::new(),
-        drop_seq: Box::new(|_| false),
-        respond: true,
-        answer_arp: true,
-        flows: Mutex::new(HashMap::new()),
-        others: Mutex::new(Vec::new()),
-        tx,
-        requests: AtomicU64::new(0),
-    });
-    let _h = responder(g.clone(), rx);
+    let (g, _h) = FakeGuest::arping(true);
     let p = wire(
         &g,
         PartnerConfig {
