@@ -35,6 +35,7 @@ fn smoke_rss_matches_classify_and_guest_counts() {
     assert_eq!(guest, dev, "guest and device per-queue RX counts");
     assert!(dev.iter().all(|&n| n > 0), "RSS spreads 64 flows over all 4 queues: {dev:?}");
     assert_eq!(run["device"]["flows_misdelivered"], 0);
+    assert_eq!(run["device"]["flows_compared_with_guest"], 64, "every flow compared with the guest's view");
     // Each flow's queue is what `classify` says.
     for f in run["link"]["per_flow"].as_array().unwrap() {
         let flow = format!(

@@ -31,6 +31,7 @@ fn check_steering(r: &Value) {
     assert!(u(&f["adds"]) > 0, "device adds: {f}");
     assert_eq!(run["link"]["lost"], 0);
     assert_eq!(run["device"]["flows_misdelivered"], 0);
+    assert!(u(&run["device"]["flows_compared_with_guest"]) > 0);
     // Guest and device agree on completed commands; the last STATS frame may be up to
     // 100 ms old, so allow the few commands that can complete in that time.
     for (gk, dk) in [("adds_ok", "adds"), ("mods_ok", "mods"), ("dels_ok", "dels")] {

@@ -425,15 +425,24 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
 /// Flows whose packets reached a queue other than the one the device chose for them.
 /// The guest reports, per flow, the NAPI id of the last packet its socket received
 /// (SO_INCOMING_NAPI_ID) and the NAPI id of each RX queue; the link partner records the
-/// queue the device put the flow's last packet on. Returns (misdelivered, flows compared).
+/// queue the device put the flow's last packet on. Only flows whose every delivered
+/// packet reached the guest's socket are compared (after a loss inside the guest the
+/// device's last packet is not the socket's last one). Returns (misdelivered, compared).
 fn flows_misdelivered(link: &LinkStats, guest: &Value) -> (u64, u64) {
     let napi: Vec<u64> = guest["rx_napi_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
     let mut compared = 0;
     let mut bad = 0;
     for gf in guest["workload"]["flows"].as_array().into_iter().flatten() {
-        let (Some(i), Some(id)) = (gf["flow"].as_u64(), gf["last_napi_id"].as_u64()) else { continue };
+        let (Some(i), Some(id), Some(received)) = (gf["flow"].as_u64(), gf["last_napi_id"].as_u64(), gf["requests"].as_u64())
+        else {
+            continue;
+        };
         let Some(guest_q) = napi.iter().position(|&n| n == id) else { continue };
-        let Some(dev_q) = link.per_flow.get(i as usize).and_then(|f| f.last_queue) else { continue };
+        let Some(f) = link.per_flow.get(i as usize) else { continue };
+        let Some(dev_q) = f.last_queue else { continue };
+        if f.queue_counts.iter().sum::<u64>() != received {
+            continue;
+        }
         compared += 1;
         if guest_q != usize::from(dev_q) {
             bad += 1;

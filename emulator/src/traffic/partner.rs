@@ -702,9 +702,13 @@ impl Inner {
     }
 }
 
+/// Per-flow record of where requests landed. Only frames that reached an RX ring count
+/// for the queue histogram, the last queue and the filter fields: a frame the device
+/// could not deliver (no buffers, drop filter) landed nowhere.
 fn record_delivery(rec: &mut FlowRecord, d: Delivery) {
     if !d.delivered {
         rec.not_delivered += 1;
+        return;
     }
     if let Some(q) = d.queue {
         rec.last_queue = Some(q);
