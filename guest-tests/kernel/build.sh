@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Build a patched guest kernel (bzImage + a prepared tree for out-of-tree modules) from
+# Debian's linux-source-6.12, cached by the sha256 of its inputs.
+#
+#   guest-tests/kernel/build.sh [--out DIR] [--patch FILE ...] [--no-patch] [--jobs N]
+#
+# Default patch set: guest-tests/kernel/patches/*.patch (in name order). --patch replaces
+# the default set (repeatable, applied in the given order); --no-patch builds the
+# unpatched source. Output: DIR/<key>/{bzImage,linux-<version>/,kernel.env,build.log}
+# (DIR defaults to .cache/kernels in the repo). A second call with the same inputs
+# returns at once. See guest-tests/kernel/README.md.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+FRAGMENT="$HERE/config.fragment"
+SRC_PKG=linux-source-6.12
+BUILD_DEPS=(flex bison bc libelf-dev libssl-dev build-essential xz-utils patch)
+# Bump when the way a cache entry is produced changes (part of the key).
+RECIPE=1
+
+OUT="$REPO/.cache/kernels"
+JOBS=$(nproc 2>/dev/null || echo 2)
+NO_PATCH=0
+PATCHES=()
+USER_PATCHES=0
+
+die() { echo "build.sh: error: $*" >&2; exit 1; }
+log() { echo "build.sh: $*" >&2; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT=$2; shift 2 ;;
+        --patch) [ $# -ge 2 ] || die "--patch needs a file"
+                 [ -f "$2" ] || die "patch file not found: $2"
+                 PATCHES+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); USER_PATCHES=1; shift 2 ;;
+        --no-patch) NO_PATCH=1; shift ;;
+        --jobs|-j) [ $# -ge 2 ] || die "--jobs needs a number"; JOBS=$2; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) usage >&2; die "unknown argument: $1" ;;
+    esac
+done
+case "$JOBS" in ''|*[!0-9]*) die "--jobs wants a positive number, got '$JOBS'" ;; esac
+[ "$JOBS" -ge 1 ] || die "--jobs wants a positive number"
+[ "$NO_PATCH" = 1 ] && [ "$USER_PATCHES" = 1 ] && die "--no-patch and --patch exclude each other"
+if [ "$NO_PATCH" = 1 ]; then
+    PATCHES=()
+elif [ "$USER_PATCHES" = 0 ]; then
+    shopt -s nullglob
+    PATCHES=("$HERE"/patches/*.patch)
+    shopt -u nullglob
+    [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE/patches (use --no-patch for a plain kernel)"
+fi
+[ -f "$FRAGMENT" ] || die "config fragment missing: $FRAGMENT"
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+# ------------------------------------------------------------------ host packages
+missing=()
+for p in "$SRC_PKG" "${BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing packages: ${missing[*]} (run as root once, or: apt-get install ${missing[*]})"
+    log "installing ${missing[*]} (apt)"
+    apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" >&2 \
+        || die "apt-get install ${missing[*]} failed"
+fi
+SRC_VERSION=$(dpkg-query -W -f='${Version}' "$SRC_PKG")
+TARBALL=$(dpkg-query -L "$SRC_PKG" | grep -E '/usr/src/linux-source-6\.12[^/]*\.tar\.(xz|bz2|gz)$' | head -n1 || true)
+[ -n "$TARBALL" ] && [ -f "$TARBALL" ] || die "$SRC_PKG $SRC_VERSION is installed but its source tarball is missing"
+
+# ------------------------------------------------------------------ cache key
+manifest() {
+    echo "recipe $RECIPE"
+    echo "source $SRC_PKG $SRC_VERSION"
+    local p
+    for p in "${PATCHES[@]}"; do echo "patch $(sha256sum < "$p" | cut -d' ' -f1)"; done
+    echo "fragment $(sha256sum < "$FRAGMENT" | cut -d' ' -f1)"
+}
+KEY=$(manifest | sha256sum | cut -c1-16)
+DIR="$OUT/$KEY"
+
+print_result() {
+    # shellcheck disable=SC1091
+    . "$DIR/kernel.env"
+    echo "KERNEL=$KERNEL"
+    echo "KDIR=$KDIR"
+    echo "KEY=$KEY"
+    echo "VERSION=$VERSION"
+    echo "ENV=$DIR/kernel.env"
+}
+
+if [ -f "$DIR/kernel.env" ] && [ -f "$DIR/bzImage" ]; then
+    log "cached: $DIR"
+    print_result
+    exit 0
+fi
+
+# One builder per key at a time (CI and a user may race).
+exec 9>"$OUT/$KEY.lock"
+if ! flock -n 9; then
+    log "another build of $KEY is running; waiting for it"
+    flock 9
+fi
+if [ -f "$DIR/kernel.env" ] && [ -f "$DIR/bzImage" ]; then
+    log "cached: $DIR"
+    print_result
+    exit 0
+fi
+
+rm -rf "$DIR"
+mkdir -p "$DIR"
+manifest > "$DIR/inputs.txt"
+LOG="$DIR/build.log"
+: > "$LOG"
+# A failed or interrupted build leaves no half tree behind (it is 1.5 GB): its log is kept
+# as <key>.failed.log next to the cache entries.
+cleanup() {
+    local rc=$?
+    if [ "$rc" != 0 ] && [ ! -f "$DIR/kernel.env" ]; then
+        cp "$LOG" "$OUT/$KEY.failed.log" 2>/dev/null && echo "build.sh: log kept in $OUT/$KEY.failed.log" >&2
+        rm -rf "$DIR"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+T0=$(date +%s)
+
+log "key $KEY: $SRC_PKG $SRC_VERSION, ${#PATCHES[@]} patch(es), $(basename "$FRAGMENT")"
+log "unpacking $TARBALL"
+tar -xf "$TARBALL" -C "$DIR" || die "unpacking $TARBALL failed"
+[ -d "$DIR/linux-source-6.12" ] || die "unexpected tarball layout (no linux-source-6.12/)"
+VERSION=$(make -s -C "$DIR/linux-source-6.12" kernelversion 2>/dev/null) || die "cannot read the kernel version"
+TREE="$DIR/linux-$VERSION"
+mv "$DIR/linux-source-6.12" "$TREE"
+cd "$TREE"
+
+for p in "${PATCHES[@]}"; do
+    log "applying $(basename "$p")"
+    patch -p1 --forward --batch < "$p" >> "$LOG" 2>&1 \
+        || { tail -n 20 "$LOG" >&2; die "patch $p does not apply to $SRC_PKG $SRC_VERSION"; }
+done
+
+# ------------------------------------------------------------------ configuration
+log "make tinyconfig + $(basename "$FRAGMENT")"
+make tinyconfig >> "$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; die "make tinyconfig failed"; }
+cp "$FRAGMENT" "$DIR/config.fragment"
+scripts/kconfig/merge_config.sh -m .config "$FRAGMENT" >> "$LOG" 2>&1 \
+    || { tail -n 20 "$LOG" >&2; die "merge_config.sh failed"; }
+make olddefconfig >> "$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; die "make olddefconfig failed"; }
+
+# Every CONFIG_X=value line of the fragment must survive olddefconfig unchanged
+# (an unmet dependency silently drops a symbol otherwise).
+bad=0
+while IFS= read -r line; do
+    line=${line%%#*}
+    line=$(echo "$line" | tr -d '[:space:]')
+    case "$line" in CONFIG_*=*) ;; *) continue ;; esac
+    if ! grep -qxF "$line" .config; then
+        have=$(grep -E "^(# )?${line%%=*}[= ]" .config || echo "absent")
+        echo "build.sh: config: want $line, final .config has: $have" >&2
+        bad=1
+    fi
+done < "$FRAGMENT"
+[ "$bad" = 0 ] || die "config fragment symbols missing from the final .config (see above)"
+log "config: all $(grep -c '^CONFIG_' "$FRAGMENT") fragment symbols set"
+
+# ------------------------------------------------------------------ build
+# Progress: count the objects make reports ("  CC  foo.o", "  AS", "  LD", ...) against
+# the count of the last successful build (1300-odd for this config).
+EST=$(cat "$OUT/.objects" 2>/dev/null || echo 1400)
+case "$EST" in ''|*[!0-9]*) EST=1400 ;; esac
+TTY=0; [ -t 2 ] && TTY=1
+log "building bzImage + modules_prepare with $JOBS jobs (about 7-8 min on 2 cores; log: $LOG)"
+set +e
+make -j"$JOBS" bzImage modules modules_prepare 2>&1 | tee -a "$LOG" | awk -v est="$EST" -v tty="$TTY" '
+    /^  [A-Z][A-Z0-9_]* +[^ ]/ { n++
+        pct = int(n * 100 / est); if (pct > 99) pct = 99
+        if (tty) { if (pct != last || n % 25 == 0) printf "\rbuild.sh: building: %3d%% (%d objects)", pct, n > "/dev/stderr" }
+        else if (shown == -1 || pct >= shown + 10) { shown = pct; printf "build.sh: building: %3d%% (%d objects)\n", pct, n > "/dev/stderr"; fflush("/dev/stderr") }
+        last = pct
+    }
+    BEGIN { last = -1; shown = -1 }
+    END { if (tty) printf "\n" > "/dev/stderr"; print n > "/dev/stdout" }' > "$DIR/.objects"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" != 0 ]; then
+    grep -E 'error|Error' "$LOG" | tail -n 20 >&2 || true
+    tail -n 20 "$LOG" >&2
+    die "kernel build failed (exit $rc)"
+fi
+[ -f arch/x86/boot/bzImage ] || die "build finished but arch/x86/boot/bzImage is missing"
+mv "$DIR/.objects" "$OUT/.objects"
+cp arch/x86/boot/bzImage "$DIR/bzImage"
+T1=$(date +%s)
+
+cat > "$DIR/kernel.env.tmp" <<EOF
+# written by guest-tests/kernel/build.sh
+KERNEL=$DIR/bzImage
+KDIR=$TREE
+KEY=$KEY
+VERSION=$VERSION
+SOURCE="$SRC_PKG $SRC_VERSION"
+PATCHES="$(for p in "${PATCHES[@]}"; do printf '%s ' "$(basename "$p")"; done)"
+BUILD_SECONDS=$((T1 - T0))
+EOF
+mv "$DIR/kernel.env.tmp" "$DIR/kernel.env"
+rm -f "$OUT/$KEY.failed.log"
+log "built $VERSION in $((T1 - T0)) s"
+print_result
