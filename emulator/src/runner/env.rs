@@ -50,7 +50,42 @@ pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
         .collect())
 }
 
+/// Build (or take from the cache) a kernel with guest-tests/kernel/build.sh; its stdout
+/// is `KEY=value` lines (KERNEL, KDIR, ...), its progress goes to stderr.
+fn built_kernel(label: &str, extra_args: &[&str], root: &Path) -> anyhow::Result<GuestKernel> {
+    let out = std::process::Command::new("bash")
+        .arg(root.join("guest-tests/kernel/build.sh"))
+        .args(extra_args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running guest-tests/kernel/build.sh")?;
+    if !out.status.success() {
+        bail!("guest-tests/kernel/build.sh failed ({}); see its messages above", out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(|v| v.trim().to_string())
+            .with_context(|| format!("guest-tests/kernel/build.sh printed no {k}="))
+    };
+    Ok(GuestKernel {
+        label: label.to_string(),
+        image: PathBuf::from(get("KERNEL")?),
+        moddir: None,
+        kdir: Some(PathBuf::from(get("KDIR")?)),
+        release: get("VERSION").ok(),
+    })
+}
+
 pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::Result<GuestKernel> {
+    match spec {
+        // linux-source-6.12 + tinyconfig fragment + the LLC-affinity patch (cached).
+        "patched-6.12" => return built_kernel(spec, &[], root),
+        // The same tree without the patch: the baseline.
+        "vanilla-6.12" => return built_kernel(spec, &["--no-patch"], root),
+        _ => {}
+    }
     let suffix = match spec {
         "debian-6.1" => Some("6_1"),
         "debian-6.12" => Some("6_12"),
@@ -75,7 +110,7 @@ pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::R
     }
     let image = PathBuf::from(spec);
     if !image.is_file() {
-        bail!("kernel {spec:?} is neither debian-6.1, debian-6.12 nor an existing bzImage");
+        bail!("kernel {spec:?} is neither debian-6.1, debian-6.12, patched-6.12, vanilla-6.12 nor an existing bzImage");
     }
     Ok(GuestKernel {
         label: spec.to_string(),
