@@ -95,6 +95,9 @@ pub struct StatsSample {
     pub adds_ok: u64,
     pub mods_ok: u64,
     pub dels_ok: u64,
+    pub lock_acquired: u64,
+    pub lock_contended: u64,
+    pub lock_wait_ns: u64,
 }
 
 /// Rates between two STATS samples.
@@ -107,6 +110,10 @@ pub struct GuestRates {
     pub adds_per_s: f64,
     pub mods_per_s: f64,
     pub dels_per_s: f64,
+    /// Contended `arfs_lock` acquisitions in the window, % of all acquisitions.
+    pub lock_contended_pct: f64,
+    /// Time spent waiting for `arfs_lock` in the window, µs per second of wall time.
+    pub lock_wait_us_per_s: f64,
 }
 
 /// A latency percentile from the guest's log2 histogram: the bucket it falls in,
@@ -284,6 +291,9 @@ impl Guest {
             adds_ok: self.value(counter::ADDS_OK),
             mods_ok: self.value(counter::MODS_OK),
             dels_ok: self.value(counter::DELS_OK),
+            lock_acquired: self.value(counter::LOCK_ACQUIRED),
+            lock_contended: self.value(counter::LOCK_CONTENDED),
+            lock_wait_ns: self.value(counter::LOCK_WAIT_NS_TOTAL),
         });
     }
 
@@ -295,6 +305,8 @@ impl Guest {
         }
         let dt = (b.t_ns - a.t_ns) as f64 / 1e9;
         let r = |x: u64, y: u64| y.saturating_sub(x) as f64 / dt;
+        let acquired = b.lock_acquired.saturating_sub(a.lock_acquired);
+        let contended = b.lock_contended.saturating_sub(a.lock_contended);
         Some(GuestRates {
             from_ns: a.t_ns,
             to_ns: b.t_ns,
@@ -303,6 +315,8 @@ impl Guest {
             adds_per_s: r(a.adds_ok, b.adds_ok),
             mods_per_s: r(a.mods_ok, b.mods_ok),
             dels_per_s: r(a.dels_ok, b.dels_ok),
+            lock_contended_pct: if acquired > 0 { 100.0 * contended as f64 / acquired as f64 } else { 0.0 },
+            lock_wait_us_per_s: r(a.lock_wait_ns, b.lock_wait_ns) / 1000.0,
         })
     }
 
@@ -618,6 +632,26 @@ impl ControlRuntime {
     }
 
     /// Apply a fault now (disable/enable, stall, flush, error rates, lost completions).
+    /// Hold the profile's fault schedule until `arm_schedule` (see Engine::hold_schedule).
+    pub fn hold_schedule(&self) {
+        self.shared.lock().engine.hold_schedule();
+    }
+
+    /// Start the profile's fault schedule now (offsets count from this call).
+    pub fn arm_schedule(&self) {
+        let sh = &*self.shared;
+        let mut out = Vec::new();
+        {
+            let mut g = sh.lock();
+            let mut outs = Vec::new();
+            g.engine.arm_schedule(sh.clock.now_ns(), &mut outs);
+            g.note_rules();
+            g.encode_outputs(outs, &mut out);
+            sh.wake.notify_one();
+        }
+        self.send_all(out);
+    }
+
     pub fn inject(&self, fault: Fault) {
         let sh = &*self.shared;
         let mut out = Vec::new();

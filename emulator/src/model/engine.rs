@@ -206,6 +206,8 @@ pub struct Engine {
     now: u64,
     stall_until: u64,
     schedule: VecDeque<(u64, Fault)>,
+    /// The profile's schedule, offsets (ns) from the moment it is armed.
+    schedule_spec: Vec<(u64, Fault)>,
     aging: Option<(u64, u64)>,
     next_scan: u64,
     inflight_adds: usize,
@@ -227,11 +229,11 @@ impl Engine {
         let min_service = std::array::from_fn(|i| samplers[i].min_ns());
         let f = &profile.faults;
         let ef = |x: &Option<super::profile::ErrorFault>| x.as_ref().map(|x| (x.rate, injectable(&x.errno)));
-        let mut schedule: Vec<(u64, Fault)> = f
+        let mut schedule_spec: Vec<(u64, Fault)> = f
             .schedule
             .iter()
             .map(|s| {
-                let at = start_ns + s.at_ms * 1_000_000;
+                let at = s.at_ms * 1_000_000;
                 let fault = match s.action {
                     ScheduledAction::Disable => Fault::Disable(true),
                     ScheduledAction::Enable => Fault::Disable(false),
@@ -246,7 +248,8 @@ impl Engine {
                 (at, fault)
             })
             .collect();
-        schedule.sort_by_key(|s| s.0);
+        schedule_spec.sort_by_key(|s| s.0);
+        let schedule = schedule_spec.iter().map(|(at, f)| (start_ns + at, f.clone())).collect();
         let aging = (profile.aging.idle_ms > 0)
             .then(|| (profile.aging.idle_ms * 1_000_000, profile.aging.scan_ms.max(1) * 1_000_000));
         let hist = std::array::from_fn(|_| Histogram::new(3).expect("3 significant digits is a valid histogram"));
@@ -266,7 +269,8 @@ impl Engine {
             running: Vec::new(),
             now: start_ns,
             stall_until: start_ns,
-            schedule: schedule.into(),
+            schedule,
+            schedule_spec,
             aging,
             next_scan: aging.map_or(u64::MAX, |(_, scan)| start_ns + scan),
             inflight_adds: 0,
@@ -350,6 +354,20 @@ impl Engine {
     }
 
     /// Apply a fault at `now` (first advancing to `now`).
+    /// Drop the scheduled faults that have not fired yet; `arm_schedule` starts the
+    /// profile's schedule again.
+    pub fn hold_schedule(&mut self) {
+        self.schedule.clear();
+    }
+
+    /// (Re)start the profile's whole fault schedule with its offsets counted from `now`
+    /// (the engine starts with it armed at its start time). Used to time faults from
+    /// the start of the traffic rather than from the guest's boot.
+    pub fn arm_schedule(&mut self, now: u64, out: &mut Vec<Output>) {
+        self.advance(now, out);
+        self.schedule = self.schedule_spec.iter().map(|(at, f)| (now + at, f.clone())).collect();
+    }
+
     pub fn inject(&mut self, fault: Fault, now: u64, out: &mut Vec<Output>) {
         self.advance(now, out);
         self.apply_fault(fault, out);
@@ -738,6 +756,27 @@ mod tests {
             })
             .collect();
         assert_eq!(statuses, vec![0, libc::EPERM, 0]);
+    }
+
+    #[test]
+    fn held_schedule_counts_from_arming() {
+        // ENOSPC on every ADD from 5 ms to 8 ms after arming; held until 100 ms.
+        let extra = "[[faults.schedule]]\nat_ms = 5\naction = \"errors\"\nop = \"add\"\nrate = 1.0\nerrno = \"ENOSPC\"\n\
+                     [[faults.schedule]]\nat_ms = 8\naction = \"errors\"\nop = \"add\"\nrate = 0.0\n";
+        let mut e = engine(extra);
+        e.hold_schedule();
+        let mut out = vec![];
+        let mut add_at = |e: &mut Engine, id: u32, ms: u64| {
+            out.clear();
+            e.submit(u64::from(id), Command::Add { id, key: key(id as u16), action: Action::Queue(0) }, ms * MS, &mut out);
+            e.advance(ms * MS, &mut out);
+            completions(&out).last().map_or(-1, |c| c.status)
+        };
+        assert_eq!(add_at(&mut e, 1, 6), 0, "held: nothing fires at 5 ms");
+        let mut arm_out = vec![];
+        e.arm_schedule(100 * MS, &mut arm_out);
+        let statuses: Vec<i32> = [(2, 104), (3, 106), (4, 107), (5, 109)].iter().map(|&(id, ms)| add_at(&mut e, id, ms)).collect();
+        assert_eq!(statuses, vec![0, libc::ENOSPC, libc::ENOSPC, 0]);
     }
 
     #[test]

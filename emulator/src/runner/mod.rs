@@ -214,6 +214,9 @@ fn run_one(
     emu.nic.table().flush();
     let ctl = ControlRuntime::attach(&profile, emu, s.nic.queues).context("starting the control plane")?;
     ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
+    // The profile's [[faults.schedule]] counts from the start of the traffic, not from
+    // the guest's boot (whose length depends on the host).
+    ctl.hold_schedule();
 
     let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
     emu.set_peer(Some(partner.clone()));
@@ -284,6 +287,7 @@ fn run_one(
                     guest_json.push('\n');
                 } else if line.contains("arfs-echo: ready") && traffic_started.is_none() {
                     partner.start().map_err(|e| anyhow!("traffic: {e}"))?;
+                    ctl.arm_schedule();
                     traffic_started = Some(Instant::now());
                     window.0 = emu.clock.now_ns();
                     phase(ctx, format!("run {} [{}]: traffic for {:.0} s", idx + 1, run.label, s.duration_s));
@@ -365,6 +369,7 @@ fn run_one(
         "guest": guest_json_obj(&snap, rates, &guest),
         "flows": flows,
         "flows_stuck_without_filter": if s.guest.module { json!(stuck) } else { Value::Null },
+        "guest_cpu_pct": guest_cpu_pct(&guest),
         "logs": { "serial": q.serial_log, "qemu_stderr": q.stderr_log },
     }))
 }
@@ -392,6 +397,8 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
         g["adds_per_s"] = json!(rates.map(|r| r.adds_per_s));
         g["mods_per_s"] = json!(rates.map(|r| r.mods_per_s));
         g["dels_per_s"] = json!(rates.map(|r| r.dels_per_s));
+        g["lock_contended_pct_window"] = json!(rates.map(|r| r.lock_contended_pct));
+        g["lock_wait_us_per_s"] = json!(rates.map(|r| r.lock_wait_us_per_s));
         g["rates_window_s"] = json!(rates.map(|r| r.window_s));
         g["steer_new"] = json!(c("steer_new"));
         g["steer_update"] = json!(c("steer_update"));
@@ -420,6 +427,23 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
         g["counters"] = json!(st.counters);
     }
     g
+}
+
+/// Guest CPU busy share (%) over the workload, from the guest's `/proc/stat` `cpu` line
+/// before and after it (user nice system idle iowait irq softirq steal ...; busy is
+/// everything but idle and iowait). `None` when either snapshot is missing.
+pub fn guest_cpu_pct(guest: &Value) -> Option<f64> {
+    let line = |k: &str| -> Option<Vec<u64>> {
+        let a = guest["proc_stat_".to_owned() + k]["cpu"].as_array()?;
+        let v: Vec<u64> = a.iter().filter_map(Value::as_u64).collect();
+        (v.len() >= 5).then_some(v)
+    };
+    let (a, b) = (line("before")?, line("after")?);
+    let total = |v: &[u64]| v.iter().take(8).sum::<u64>();
+    let idle = |v: &[u64]| v[3] + v[4];
+    let dt = total(&b).checked_sub(total(&a))?;
+    let di = idle(&b).checked_sub(idle(&a))?;
+    (dt > 0).then(|| 100.0 * dt.saturating_sub(di) as f64 / dt as f64)
 }
 
 /// Flows whose packets reached a queue other than the one the device chose for them.
