@@ -5,12 +5,15 @@
 //! engine, counters; no vhost imports) → `vhost` (vhost-user adapter) → traffic
 //! sources → reports.
 
+pub mod baseline;
 pub mod cli;
 pub mod clock;
 pub mod control;
+pub mod demo;
 pub mod device;
 pub mod model;
 pub mod report;
+pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod traffic;

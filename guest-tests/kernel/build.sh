@@ -169,17 +169,19 @@ log "config: all $(grep -c '^CONFIG_' "$FRAGMENT") fragment symbols set"
 
 # ------------------------------------------------------------------ build
 # Progress: count the objects make reports ("  CC  foo.o", "  AS", "  LD", ...) against
-# the count of the last successful build (1300-odd for this config).
+# the count of the last successful build (1300-odd for this config). Without a terminal
+# a line is printed every BUILD_PROGRESS_STEP percent (default 10; `arfsnic demo` sets 1
+# and draws its own progress bar from these lines).
 EST=$(cat "$OUT/.objects" 2>/dev/null || echo 1400)
 case "$EST" in ''|*[!0-9]*) EST=1400 ;; esac
 TTY=0; [ -t 2 ] && TTY=1
 log "building bzImage + modules_prepare with $JOBS jobs (about 7-8 min on 2 cores; log: $LOG)"
 set +e
-make -j"$JOBS" bzImage modules modules_prepare 2>&1 | tee -a "$LOG" | awk -v est="$EST" -v tty="$TTY" '
+make -j"$JOBS" bzImage modules modules_prepare 2>&1 | tee -a "$LOG" | awk -v est="$EST" -v tty="$TTY" -v step="${BUILD_PROGRESS_STEP:-10}" '
     /^  [A-Z][A-Z0-9_]* +[^ ]/ { n++
         pct = int(n * 100 / est); if (pct > 99) pct = 99
         if (tty) { if (pct != last || n % 25 == 0) printf "\rbuild.sh: building: %3d%% (%d objects)", pct, n > "/dev/stderr" }
-        else if (shown == -1 || pct >= shown + 10) { shown = pct; printf "build.sh: building: %3d%% (%d objects)\n", pct, n > "/dev/stderr"; fflush("/dev/stderr") }
+        else if (shown == -1 || pct >= shown + step) { shown = pct; printf "build.sh: building: %3d%% (%d objects)\n", pct, n > "/dev/stderr"; fflush("/dev/stderr") }
         last = pct
     }
     BEGIN { last = -1; shown = -1 }

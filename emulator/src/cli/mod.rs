@@ -16,8 +16,13 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Provision, build the patched kernel (cached), run llc-within and llc-across with
+    /// net.core.arfs_llc_affinity 0 and 1, print the steer-rate table, write JSON/CSV/SVG.
+    Demo(DemoArgs),
     /// Show where the emulated NIC would deliver one flow (RSS hash, slot, queue, filter).
     Classify(classify::ClassifyArgs),
+    /// Compare a run report with a baseline report; exits non-zero when a metric regressed (docs/ci.md).
+    Compare(CompareArgs),
     /// Work with NIC profiles.
     Profile {
         #[command(subcommand)]
@@ -52,6 +57,50 @@ pub struct RunArgs {
     /// No progress spinner.
     #[arg(long)]
     pub quiet: bool,
+    /// After the run, compare the report with this baseline report (docs/ci.md); exit non-zero on a regression.
+    #[arg(long, value_name = "B.json")]
+    pub baseline: Option<PathBuf>,
+    /// With --baseline: allowed worsening of a metric, in percent (default 10); a metric must also exceed its floor.
+    #[arg(long, value_name = "PCT", requires = "baseline", value_parser = crate::baseline::parse_max_regress)]
+    pub max_regress: Option<f64>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// Baseline report (`arfsnic run --json` of the reference kernel).
+    #[arg(long, value_name = "B.json")]
+    pub baseline: PathBuf,
+    /// Report to check (`arfsnic run --json` of the kernel under test).
+    #[arg(long, value_name = "A.json")]
+    pub report: PathBuf,
+    /// Allowed worsening of a metric, in percent; a metric must also exceed its floor.
+    #[arg(long, value_name = "PCT", default_value_t = crate::baseline::DEFAULT_MAX_REGRESS_PCT, value_parser = crate::baseline::parse_max_regress)]
+    pub max_regress: f64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Output directory: results.json, results.csv, steer-rate.svg, one report per scenario, logs/.
+    #[arg(long, default_value = "demo-out")]
+    pub out: PathBuf,
+    /// Scenarios to run (names in configs/scenarios/ or files), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = crate::demo::DEFAULT_SCENARIOS.map(String::from))]
+    pub scenarios: Vec<String>,
+    /// auto (KVM if it really works, else TCG), kvm or tcg.
+    #[arg(long)]
+    pub accel: Option<String>,
+    /// Bring your own kernel: a bzImage to boot instead of the built patched-6.12.
+    #[arg(long, requires = "kdir")]
+    pub kernel: Option<String>,
+    /// The tree the --kernel was built from (to build the guest module against).
+    #[arg(long, requires = "kernel")]
+    pub kdir: Option<PathBuf>,
+    /// Do not run guest-tests/provision.sh (it runs when the demo runs as root).
+    #[arg(long)]
+    pub no_provision: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -64,10 +113,14 @@ pub enum ProfileCommand {
 }
 
 pub fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // The demo prints a table; the backend's connection messages would only interleave.
+    let level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
     let r = match cli.command {
         Command::Classify(a) => classify::run(&a),
+        Command::Demo(a) => demo(&a),
+        Command::Compare(a) => compare(&a),
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
         Command::Run(a) => run(&a),
         Command::Serve(a) => serve::run(&a),
@@ -82,6 +135,14 @@ pub fn main() -> ExitCode {
 }
 
 fn run(a: &RunArgs) -> anyhow::Result<()> {
+    // A bad baseline fails before the (long) run, not after it.
+    let baseline = a.baseline.as_deref().map(|p| crate::baseline::Report::load(p, "baseline")).transpose()?;
+    if let Some(b) = &baseline {
+        let name = crate::scenario::Scenario::load(&a.scenario)?.name;
+        if name != b.scenario {
+            anyhow::bail!("{} is for scenario {:?}, {} is {:?}", b.source, b.scenario, a.scenario.display(), name);
+        }
+    }
     let opts = crate::runner::RunOptions {
         accel: a.accel.clone(),
         kernel: a.kernel.clone(),
@@ -99,6 +160,65 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         None => println!("{text}"),
     }
     print!("{}", crate::report::summary_table(&report));
+    if let Some(b) = &baseline {
+        let source = a.json.as_ref().map_or_else(|| "report".to_string(), |p| format!("report {}", p.display()));
+        let current = crate::baseline::Report::from_value(&report, &source).map_err(anyhow::Error::msg)?;
+        check_baseline(b, &current, a.max_regress.unwrap_or(crate::baseline::DEFAULT_MAX_REGRESS_PCT))?;
+    }
+    Ok(())
+}
+
+fn compare(a: &CompareArgs) -> anyhow::Result<()> {
+    let b = crate::baseline::Report::load(&a.baseline, "baseline")?;
+    let current = crate::baseline::Report::load(&a.report, "report")?;
+    check_baseline(&b, &current, a.max_regress)
+}
+
+/// Print the comparison table; an error naming every regressed metric.
+fn check_baseline(b: &crate::baseline::Report, current: &crate::baseline::Report, max_regress: f64) -> anyhow::Result<()> {
+    let o = crate::baseline::compare(b, current, max_regress)?;
+    print!("{}", crate::baseline::render_table(&o));
+    match o.regression_message() {
+        Some(m) => anyhow::bail!("against {}: {m}", b.source),
+        None => Ok(()),
+    }
+}
+
+fn demo(a: &DemoArgs) -> anyhow::Result<()> {
+    if let Some(acc) = &a.accel {
+        if !["auto", "kvm", "tcg"].contains(&acc.as_str()) {
+            anyhow::bail!("--accel {acc:?}: expected auto, kvm or tcg");
+        }
+    }
+    let o = crate::demo::DemoOptions {
+        out: a.out.clone(),
+        scenarios: a.scenarios.clone(),
+        accel: a.accel.clone(),
+        kernel: a.kernel.clone(),
+        kdir: a.kdir.clone(),
+        no_provision: a.no_provision,
+        quiet: a.quiet,
+    };
+    let r = crate::demo::run_demo(&o)?;
+    let rows: Vec<_> = r.reports.iter().flat_map(crate::results::rows).collect();
+    let first = &r.reports[0];
+    println!(
+        "\nsteer rate of {} ({}, {} vCPUs: {}), {} s of traffic per run\n",
+        first["kernel"].as_str().unwrap_or("?"),
+        first["accel"].as_str().unwrap_or("?"),
+        first["vcpus"],
+        first["topology"].as_str().unwrap_or("?"),
+        first["runs"][0]["duration_s"],
+    );
+    print!("{}", crate::results::table(&rows));
+    println!();
+    for p in [&r.outputs.json, &r.outputs.csv, &r.outputs.svg] {
+        println!("wrote {}", p.display());
+    }
+    println!(
+        "wall time {:.0} s (provisioning {:.0} s, kernel {:.0} s, runs {:.0} s)",
+        r.wall_s, r.provision_s, r.kernel_s, r.runs_s
+    );
     Ok(())
 }
 

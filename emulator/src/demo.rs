@@ -1,0 +1,169 @@
+//! `arfsnic demo`: the whole story in one command. Provision what is missing (QEMU 10,
+//! Debian guest kernels, busybox; guest-tests/provision.sh), build the kernel carrying the
+//! LLC-affinity patch once (guest-tests/kernel/build.sh, cached), run the `llc-within` and
+//! `llc-across` scenarios with net.core.arfs_llc_affinity at 0 and 1, print the steer-rate
+//! table and write JSON, CSV and an SVG chart into the output directory.
+
+use crate::runner::{self, env, RunOptions};
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const DEFAULT_SCENARIOS: [&str; 2] = ["llc-within", "llc-across"];
+
+#[derive(Clone, Debug, Default)]
+pub struct DemoOptions {
+    pub out: PathBuf,
+    /// Scenario names (configs/scenarios/NAME.toml) or paths.
+    pub scenarios: Vec<String>,
+    pub accel: Option<String>,
+    /// Bring your own kernel: a bzImage instead of the scenarios' patched-6.12.
+    pub kernel: Option<String>,
+    pub kdir: Option<PathBuf>,
+    /// Skip guest-tests/provision.sh even when running as root.
+    pub no_provision: bool,
+    pub quiet: bool,
+}
+
+/// What the demo did and how long each part took.
+#[derive(Debug)]
+pub struct DemoResult {
+    pub reports: Vec<Value>,
+    pub outputs: crate::results::Outputs,
+    pub provision_s: f64,
+    pub kernel_s: f64,
+    pub runs_s: f64,
+    pub wall_s: f64,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments, touches no memory and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Install QEMU 10, the Debian kernels and the image tools when missing (root only);
+/// without root, check that an earlier provisioning left what the runs need.
+fn provision(root: &Path, o: &DemoOptions) -> anyhow::Result<()> {
+    if is_root() && !o.no_provision {
+        eprintln!("demo: provisioning (guest-tests/provision.sh: QEMU 10 from bookworm-backports, Debian 6.1/6.12 kernels, busybox)");
+        let st = Command::new("bash")
+            .arg(root.join("guest-tests/provision.sh"))
+            .stdout(Stdio::null())
+            .status()
+            .context("running guest-tests/provision.sh")?;
+        if !st.success() {
+            bail!("guest-tests/provision.sh failed ({st}); see its messages above");
+        }
+        return Ok(());
+    }
+    let qemu = env::qemu_binary(root);
+    let major = runner::qemu::qemu_major(&qemu)
+        .with_context(|| "QEMU 10 is not installed: run `sudo bash guest-tests/provision.sh` once (or run the demo as root)")?;
+    if major < 10 {
+        bail!("{} is QEMU {major}; the demo needs QEMU 10: run `sudo bash guest-tests/provision.sh` once", qemu.display());
+    }
+    env::read_env_file(&env::cache_dir(root).join("kernels.env"))?;
+    Ok(())
+}
+
+/// Build the patched kernel (or find it in the cache) with a progress bar drawn from
+/// build.sh's `building: NN%` lines. Returns true when it was built now.
+fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
+    let mut child = Command::new("bash")
+        .arg(root.join("guest-tests/kernel/build.sh"))
+        .env("BUILD_PROGRESS_STEP", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running guest-tests/kernel/build.sh")?;
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(100) };
+    bar.set_style(
+        ProgressStyle::with_template("building the patched kernel {bar:40} {pos:>3}% [{elapsed_precise}] {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(500));
+    let mut built = false;
+    let mut cached = false;
+    if let Some(err) = child.stderr.take() {
+        for line in std::io::BufReader::new(err).lines() {
+            let line = line.unwrap_or_default();
+            if let Some(rest) = line.strip_prefix("build.sh: building: ") {
+                built = true;
+                let pct: u64 = rest.split('%').next().unwrap_or("").trim().parse().unwrap_or(0);
+                bar.set_position(pct);
+                bar.set_message(rest.split_once('(').map(|(_, m)| m.trim_end_matches(')').to_string()).unwrap_or_default());
+            } else if line.starts_with("build.sh: cached") {
+                cached = true;
+            } else if !quiet {
+                bar.println(&line);
+            }
+        }
+    }
+    let out = child.wait_with_output().context("waiting for guest-tests/kernel/build.sh")?;
+    if !out.status.success() {
+        bar.abandon();
+        bail!("guest-tests/kernel/build.sh failed ({}); see its messages above", out.status);
+    }
+    if cached {
+        bar.finish_and_clear();
+        eprintln!("demo: patched kernel found in the cache");
+    } else {
+        bar.set_position(100);
+        bar.finish();
+    }
+    Ok(built)
+}
+
+/// configs/scenarios/NAME.toml, or a path.
+pub fn scenario_path(root: &Path, spec: &str) -> anyhow::Result<PathBuf> {
+    let p = if spec.contains('/') || spec.ends_with(".toml") {
+        PathBuf::from(spec)
+    } else {
+        root.join("configs/scenarios").join(format!("{spec}.toml"))
+    };
+    if !p.is_file() {
+        bail!("--scenarios: {spec:?} is neither a scenario name in configs/scenarios/ nor a scenario file");
+    }
+    Ok(p)
+}
+
+pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
+    let t0 = Instant::now();
+    let root = env::repo_root()?;
+    let paths: Vec<PathBuf> = o.scenarios.iter().map(|s| scenario_path(&root, s)).collect::<anyhow::Result<_>>()?;
+    std::fs::create_dir_all(&o.out).with_context(|| format!("--out {}: cannot create it", o.out.display()))?;
+
+    provision(&root, o)?;
+    let provision_s = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    if o.kernel.is_none() {
+        build_patched_kernel(&root, o.quiet)?;
+    }
+    let kernel_s = t1.elapsed().as_secs_f64();
+
+    let t2 = Instant::now();
+    let mut reports = Vec::new();
+    for (spec, path) in o.scenarios.iter().zip(&paths) {
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| spec.clone());
+        eprintln!("demo: scenario {name} ({})", path.display());
+        let opts = RunOptions {
+            accel: o.accel.clone(),
+            kernel: o.kernel.clone(),
+            kdir: o.kdir.clone(),
+            logdir: Some(o.out.join("logs").join(&name)),
+            quiet: o.quiet,
+        };
+        let report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
+        let file = o.out.join(format!("{name}.json"));
+        std::fs::write(&file, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", file.display()))?;
+        reports.push(report);
+    }
+    let runs_s = t2.elapsed().as_secs_f64();
+    let outputs = crate::results::write_outputs(&o.out, &reports)?;
+    Ok(DemoResult { reports, outputs, provision_s, kernel_s, runs_s, wall_s: t0.elapsed().as_secs_f64() })
+}
