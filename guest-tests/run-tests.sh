@@ -20,3 +20,7 @@ else
 fi
 cargo build --locked --release
 cargo test --locked --release --test e2e --test e2e_arfs -- --ignored --test-threads=1 --nocapture
+
+step "fidelity: the LLC-affinity patch on the emulated NIC (patched 6.12, built once and cached)"
+bash guest-tests/kernel/build.sh
+cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --nocapture

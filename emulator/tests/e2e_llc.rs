@@ -1,0 +1,98 @@
+//! Fidelity checks of the LLC-affinity patch ("net: reduce ARFS flow updates by checking
+//! LLC affinity", guest-tests/kernel/patches/) on the emulated NIC: the patched 6.12
+//! kernel boots with the arfs_virtio module, and each scenario of configs/scenarios/ runs
+//! with net.core.arfs_llc_affinity = 0 and = 1. Ignored by a plain `cargo test`;
+//! `guest-tests/run-tests.sh` builds the kernel (cached) and runs them with `--ignored`.
+//! docs/results.md explains the expectations and records measured numbers.
+
+mod common;
+
+use common::{root, run_scenario};
+use serde_json::Value;
+
+fn scenario(name: &str) -> Value {
+    let text = std::fs::read_to_string(root().join(format!("configs/scenarios/{name}.toml"))).unwrap();
+    run_scenario(name, &text, &[])
+}
+
+/// The run with `net.core.arfs_llc_affinity` = `v`.
+fn run_with(r: &Value, v: &str) -> Value {
+    r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["sysctls"]["net.core.arfs_llc_affinity"] == v)
+        .unwrap_or_else(|| panic!("no run with arfs_llc_affinity={v} in {}", r["scenario"]))
+        .clone()
+}
+
+fn steer_rate(run: &Value) -> f64 {
+    assert_eq!(run["guest"]["module"], true, "the guest module must have reported STATS: {}", run["label"]);
+    run["guest"]["steer_calls_per_s"].as_f64().unwrap_or_else(|| panic!("no steer rate in {}", run["label"]))
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Both runs served traffic, on the patched kernel, with the sysctl really set.
+fn check_runs(r: &Value) -> (Value, Value) {
+    assert_eq!(r["kernel"], "patched-6.12");
+    let (off, on) = (run_with(r, "0"), run_with(r, "1"));
+    for run in [&off, &on] {
+        assert!(u(&run["link"]["responses"]) > 1000, "{}: too little traffic: {}", run["label"], run["link"]);
+        let set = &run["guest"]["system"]["sysctls"];
+        let want = &run["sysctls"]["net.core.arfs_llc_affinity"];
+        assert_eq!(&set["net.core.arfs_llc_affinity"], want, "{}: the guest's sysctl: {set}", run["label"]);
+    }
+    (off, on)
+}
+
+#[test]
+#[ignore = "needs QEMU 10 and the patched kernel: run through guest-tests/run-tests.sh"]
+fn llc_within_sysctl_removes_steering() {
+    let r = scenario("llc-within");
+    let (off, on) = check_runs(&r);
+    let (s0, s1) = (steer_rate(&off), steer_rate(&on));
+    println!("llc-within: Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), {:.1}%", 100.0 * s1 / s0);
+    assert!(s0 > 50.0, "moves inside an LLC must steer with the sysctl off: {s0:.1}/s");
+    assert!(s1 <= 0.05 * s0, "sysctl=1 must cut Steer-C/s to <= 5% of sysctl=0: {s1:.1} vs {s0:.1}");
+    // The flows still got their first filter with the sysctl on.
+    assert!(u(&on["device"]["filter"]["adds"]) > 0);
+}
+
+#[test]
+#[ignore = "needs QEMU 10 and the patched kernel: run through guest-tests/run-tests.sh"]
+fn llc_across_keeps_steering() {
+    let r = scenario("llc-across");
+    let (off, on) = check_runs(&r);
+    let (s0, s1) = (steer_rate(&off), steer_rate(&on));
+    println!("llc-across: Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}", s1 / s0);
+    assert!(s0 > 50.0, "moves across LLCs must steer: {s0:.1}/s");
+    assert!((0.75..=1.25).contains(&(s1 / s0)), "sysctl=1 must stay within 25% of sysctl=0: {s1:.1} vs {s0:.1}");
+}
+
+#[test]
+#[ignore = "needs QEMU 10 and the patched kernel: run through guest-tests/run-tests.sh"]
+fn stale_filter_hazard() {
+    let r = scenario("stale-filter");
+    let (off, on) = check_runs(&r);
+    for run in [&off, &on] {
+        let g = &run["guest"];
+        // The EPERM window happened: the driver refused steering while it lasted ...
+        assert!(u(&g["counters"]["steer_eperm"]) > 0, "{}: no refused steer: {}", run["label"], g["counters"]);
+        // ... and was over long before the end.
+        assert_eq!(run["device"]["control"]["engine"]["disabled"], false, "{}", run["label"]);
+    }
+    let stuck = |run: &Value| u(&run["flows_stuck_without_filter"]);
+    println!("stale-filter: flows stuck without filter: sysctl=0 {}, sysctl=1 {}", stuck(&off), stuck(&on));
+    assert!(stuck(&on) > 0, "sysctl=1 must leave flows stuck without a filter after the window");
+    assert!(stuck(&off) <= 1, "sysctl=0 must re-steer them: {} stuck", stuck(&off));
+    // With the sysctl off, filters were installed after the window (3 s into the traffic).
+    let late = off["flows"].as_array().unwrap().iter().filter(|f| f["filter_since_s"].as_f64().is_some_and(|t| t >= 3.0)).count();
+    assert!(late > 0, "sysctl=0: no filter installed after the EPERM window");
+    // Every stuck flow has no live filter and crosses LLCs (docs/measuring.md).
+    for f in on["flows"].as_array().unwrap().iter().filter(|f| f["stuck_without_filter"] == true) {
+        assert!(f["filter"].is_null() && f["same_llc"] == false, "{f}");
+    }
+}
