@@ -145,7 +145,9 @@ fn d_mode() -> LoopMode {
 pub struct Guest {
     /// Worker threads of the echo server.
     pub workers: u32,
-    /// none | scheduler | hop-within-llc | hop-across-llc
+    /// none | scheduler | hop-within-llc | hop-across-llc | work-stealing (pinned workers
+    /// sharing one epoll set of one-shot flow sockets: a flow is served by whichever CPU is
+    /// free, brpc-like).
     #[serde(default = "d_pattern")]
     pub pattern: String,
     #[serde(default = "d_period")]
@@ -196,7 +198,7 @@ fn err(field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { file: None, field: field.into(), message: message.into() }
 }
 
-pub const PATTERNS: [&str; 4] = ["none", "scheduler", "hop-within-llc", "hop-across-llc"];
+pub const PATTERNS: [&str; 5] = ["none", "scheduler", "hop-within-llc", "hop-across-llc", "work-stealing"];
 
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ConfigError> {

@@ -5,7 +5,9 @@
 // One *connected* UDP socket per flow (RFS only records flows of connected UDP /
 // established TCP sockets), flows spread over W worker threads, each worker with its own
 // epoll set. Workers can be made to migrate between CPUs on a schedule, which is what makes
-// RFS (and aRFS, via ndo_rx_flow_steer) move flows.
+// RFS (and aRFS, via ndo_rx_flow_steer) move flows. In the work-stealing pattern the
+// workers instead share one epoll set of one-shot flow sockets, so a flow is served by
+// whichever worker (CPU) is free when its next request arrives.
 //
 // Request payload (>= 16 bytes):
 //   0..4   magic "ARFS"
@@ -45,8 +47,14 @@
 #define RX_BUF 65536
 #define BATCH 64
 
-enum pattern { PAT_NONE, PAT_SCHEDULER, PAT_HOP_WITHIN_LLC, PAT_HOP_ACROSS_LLC };
-static const char *pattern_names[] = { "none", "scheduler", "hop-within-llc", "hop-across-llc" };
+enum pattern {
+	PAT_NONE, PAT_SCHEDULER, PAT_HOP_WITHIN_LLC, PAT_HOP_ACROSS_LLC, PAT_WORK_STEALING,
+	NR_PATTERNS
+};
+static const char *pattern_names[NR_PATTERNS] = {
+	"none", "scheduler", "hop-within-llc", "hop-across-llc", "work-stealing",
+};
+#define PATTERN_LIST "none|scheduler|hop-within-llc|hop-across-llc|work-stealing"
 
 struct flow {
 	int fd;
@@ -65,12 +73,13 @@ struct flow {
 	unsigned last_napi_id;
 	uint64_t *incoming_cpu_counts; // [ncpu_ids], per sample
 	uint64_t napi_changes;         // samples whose NAPI id differs from the previous one
+	int last_worker;               // worker that served the last request (-1: none)
 };
 
 struct worker {
 	pthread_t thr;
 	int id;
-	int epfd;
+	int epfd;       // work-stealing: the shared epoll set
 	int start_cpu;  // -1: not pinned
 	int cur_cpu;    // CPU it is pinned to now (-1: not pinned)
 	int last_seen_cpu;
@@ -81,8 +90,8 @@ struct worker {
 	uint64_t bad_magic;
 	uint64_t recv_errors;
 	uint64_t served;
-	uint32_t nflows;
-	uint32_t *flows; // flow indices
+	uint32_t nflows; // work-stealing: every flow (all are in the shared set)
+	uint32_t *flows; // flow indices (unused with work-stealing)
 	char pad[64];
 };
 
@@ -359,6 +368,7 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 			f->cpu_counts[cpu]++;
 		f->last_cpu = cpu;
 		w->last_seen_cpu = cpu;
+		f->last_worker = w->id;
 		if (send(f->fd, buf, (size_t)len, MSG_DONTWAIT) == len)
 			f->replies++;
 		else
@@ -382,6 +392,10 @@ static void *worker_main(void *arg)
 			w->migrate_errors++;
 	}
 	int hopping = cfg.pattern == PAT_HOP_WITHIN_LLC || cfg.pattern == PAT_HOP_ACROSS_LLC;
+	// work-stealing: take one ready flow per wakeup, so the other ready flows stay in the
+	// shared set for the other (idle) workers.
+	int stealing = cfg.pattern == PAT_WORK_STEALING;
+	int maxevents = stealing ? 1 : BATCH;
 	double period = cfg.period_ms / 1000.0;
 	double next_hop = now_s() + period;
 
@@ -408,7 +422,7 @@ static void *worker_main(void *arg)
 			if (ms < timeout)
 				timeout = ms < 0 ? 0 : ms;
 		}
-		int n = epoll_wait(w->epfd, evs, BATCH, timeout);
+		int n = epoll_wait(w->epfd, evs, maxevents, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -416,8 +430,17 @@ static void *worker_main(void *arg)
 		}
 		for (int i = 0; i < n; i++) {
 			uint32_t fi = evs[i].data.u32;
-			if (fi < cfg.flows)
-				serve_flow(w, &flows[fi], buf);
+			if (fi >= cfg.flows)
+				continue;
+			serve_flow(w, &flows[fi], buf);
+			if (stealing) {
+				// EPOLLONESHOT disarmed the socket when this worker got it, so no
+				// other worker touches the flow meanwhile. Re-arming re-checks
+				// readiness: a request that came in after the last recv() is not lost.
+				struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u32 = fi };
+				if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, flows[fi].fd, &ev) < 0)
+					die("epoll_ctl(MOD) flow %u: %s", fi, strerror(errno));
+			}
 		}
 	}
 	w->last_seen_cpu = sched_getcpu();
@@ -441,7 +464,14 @@ static void usage(FILE *o)
 		"  --peer-base-port Q   peer port of flow i = Q+i (default 6000)\n"
 		"  --bind IP            local address to bind (default: any)\n"
 		"  --workers W          worker threads (default: number of online CPUs)\n"
-		"  --pattern none|scheduler|hop-within-llc|hop-across-llc (default none)\n"
+		"  --pattern P          how workers and flows meet CPUs (default none):\n"
+		"                         none            worker w pinned to the w-th online CPU, flow i served by worker i %% W\n"
+		"                         scheduler       as none, but workers not pinned\n"
+		"                         hop-within-llc  pinned workers move to the next CPU of their LLC every period\n"
+		"                         hop-across-llc  pinned workers move to a CPU of the next LLC every period\n"
+		"                         work-stealing   pinned workers (round-robin over online CPUs) share one epoll\n"
+		"                                         set of EPOLLONESHOT flow sockets: whichever worker is free\n"
+		"                                         serves a flow, then re-arms it (brpc-like)\n"
 		"  --period-ms M        hop period for hop-* patterns (default 100)\n"
 		"  --duration-s D       run time in seconds, fractions allowed; 0 = until SIGINT/SIGTERM (default 10)\n"
 		"  --quiet              no progress lines on stderr\n");
@@ -493,11 +523,11 @@ static void parse_args(int argc, char **argv)
 		}
 		case 't': {
 			int i;
-			for (i = 0; i < 4; i++)
+			for (i = 0; i < NR_PATTERNS; i++)
 				if (strcmp(optarg, pattern_names[i]) == 0)
 					break;
-			if (i == 4)
-				die("bad --pattern '%s' (none|scheduler|hop-within-llc|hop-across-llc)", optarg);
+			if (i == NR_PATTERNS)
+				die("bad --pattern '%s' (" PATTERN_LIST ")", optarg);
 			cfg.pattern = (enum pattern)i;
 			break;
 		}
@@ -613,9 +643,11 @@ static void print_json(double elapsed)
 	fprintf(o, "],\"flows\":[");
 	for (uint32_t i = 0; i < cfg.flows; i++) {
 		struct flow *f = &flows[i];
-		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%u,"
+		// work-stealing has no home worker: report the one that served the last request
+		int home = cfg.pattern == PAT_WORK_STEALING ? f->last_worker : (int)(i % cfg.workers);
+		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%d,"
 			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_counts\":[",
-			i ? "," : "", i, cfg.base_port + i, cfg.peer_base_port + i, i % cfg.workers,
+			i ? "," : "", i, cfg.base_port + i, cfg.peer_base_port + i, home,
 			(unsigned long long)f->requests, (unsigned long long)f->replies,
 			(unsigned long long)f->send_errors, f->last_cpu);
 		for (int c = 0; c < ncpu_ids; c++)
@@ -653,6 +685,13 @@ int main(int argc, char **argv)
 	if (cfg.pattern == PAT_HOP_ACROSS_LLC && ngroups < 2)
 		fprintf(stderr, "arfs-echo: warning: only one LLC group; hop-across-llc behaves like hop-within-llc\n");
 
+	int stealing = cfg.pattern == PAT_WORK_STEALING;
+	int shared_epfd = -1;
+	if (stealing) {
+		shared_epfd = epoll_create1(EPOLL_CLOEXEC);
+		if (shared_epfd < 0)
+			die("epoll_create1: %s", strerror(errno));
+	}
 	flows = calloc(cfg.flows, sizeof(*flows));
 	workers = calloc(cfg.workers, sizeof(*workers));
 	if (!flows || !workers)
@@ -664,23 +703,29 @@ int main(int argc, char **argv)
 		wk->cur_cpu = -1;
 		wk->last_seen_cpu = -1;
 		wk->flows = calloc(cfg.flows / cfg.workers + 1, sizeof(uint32_t));
-		wk->epfd = epoll_create1(EPOLL_CLOEXEC);
+		wk->epfd = stealing ? shared_epfd : epoll_create1(EPOLL_CLOEXEC);
 		if (!wk->flows || wk->epfd < 0)
 			die("worker setup: %s", strerror(errno));
+		if (stealing)
+			wk->nflows = cfg.flows;
 	}
 	for (uint32_t i = 0; i < cfg.flows; i++) {
 		struct flow *f = &flows[i];
 		f->idx = i;
 		f->last_cpu = -1;
 		f->last_incoming_cpu = -1;
+		f->last_worker = -1;
 		f->cpu_counts = calloc((size_t)ncpu_ids, sizeof(uint64_t));
 		f->incoming_cpu_counts = calloc((size_t)ncpu_ids, sizeof(uint64_t));
 		if (!f->cpu_counts || !f->incoming_cpu_counts)
 			die("out of memory");
 		f->fd = open_flow_socket(i);
 		struct worker *wk = &workers[i % cfg.workers];
-		wk->flows[wk->nflows++] = i;
 		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = i };
+		if (stealing)
+			ev.events |= EPOLLONESHOT; // one worker at a time; re-armed after serving
+		else
+			wk->flows[wk->nflows++] = i;
 		if (epoll_ctl(wk->epfd, EPOLL_CTL_ADD, f->fd, &ev) < 0)
 			die("epoll_ctl: %s", strerror(errno));
 	}

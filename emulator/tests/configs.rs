@@ -1,0 +1,47 @@
+//! Every shipped profile and scenario loads, and every scenario's profiles resolve.
+
+use arfsnic::model::profile::Profile;
+use arfsnic::runner::resolve_profile;
+use arfsnic::scenario::Scenario;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn tomls(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn shipped_profiles_load() {
+    let files = tomls(&root().join("configs"));
+    assert!(files.len() >= 7, "{files:?}");
+    for f in files {
+        let p = Profile::load(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(Some(p.name.as_str()), f.file_stem().and_then(|s| s.to_str()), "profile name = file name");
+    }
+}
+
+#[test]
+fn shipped_scenarios_load_and_name_existing_profiles() {
+    let dir = root().join("configs/scenarios");
+    let files = tomls(&dir);
+    assert!(files.len() >= 10, "{files:?}");
+    for f in files {
+        let s = Scenario::load(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(Some(s.name.as_str()), f.file_stem().and_then(|s| s.to_str()), "scenario name = file name");
+        let mut profiles = vec![s.profile.clone()];
+        profiles.extend(s.runs().iter().filter_map(|r| r.profile.clone()));
+        for p in profiles {
+            let path = resolve_profile(&p, &root(), &dir).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            Profile::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}
