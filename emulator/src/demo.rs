@@ -88,6 +88,10 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
     bar.enable_steady_tick(Duration::from_millis(500));
     let mut built = false;
     let mut cached = false;
+    // Without a terminal the bar draws nothing: print build.sh's messages (and every 10%)
+    // as lines, so a log shows them, errors included.
+    let plain = bar.is_hidden();
+    let mut shown_pct = None;
     if let Some(err) = child.stderr.take() {
         for line in std::io::BufReader::new(err).lines() {
             let line = line.unwrap_or_default();
@@ -96,9 +100,15 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
                 let pct: u64 = rest.split('%').next().unwrap_or("").trim().parse().unwrap_or(0);
                 bar.set_position(pct);
                 bar.set_message(rest.split_once('(').map(|(_, m)| m.trim_end_matches(')').to_string()).unwrap_or_default());
+                if plain && !quiet && shown_pct.is_none_or(|s| pct >= s + 10) {
+                    shown_pct = Some(pct);
+                    eprintln!("{line}");
+                }
             } else if line.starts_with("build.sh: cached") {
                 cached = true;
-            } else if !quiet {
+            } else if plain {
+                eprintln!("{line}");
+            } else {
                 bar.println(&line);
             }
         }

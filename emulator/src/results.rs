@@ -67,7 +67,7 @@ fn text_of(v: &Value) -> Option<String> {
 /// Busy percentage of the guest's CPUs between two `/proc/stat` `cpu` lines (jiffies:
 /// user nice system idle iowait irq softirq steal guest guest_nice). guest and
 /// guest_nice are already counted in user and nice, so only the first eight count.
-fn cpu_busy_pct(before: &Value, after: &Value) -> Option<f64> {
+pub fn cpu_busy_pct(before: &Value, after: &Value) -> Option<f64> {
     let parse = |v: &Value| -> Option<Vec<u64>> { v.as_array()?.iter().map(Value::as_u64).collect() };
     let (b, a) = (parse(before)?, parse(after)?);
     let n = b.len().min(a.len()).min(8);

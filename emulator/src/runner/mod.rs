@@ -430,20 +430,9 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
 }
 
 /// Guest CPU busy share (%) over the workload, from the guest's `/proc/stat` `cpu` line
-/// before and after it (user nice system idle iowait irq softirq steal ...; busy is
-/// everything but idle and iowait). `None` when either snapshot is missing.
+/// before and after it; `None` when either snapshot is missing.
 pub fn guest_cpu_pct(guest: &Value) -> Option<f64> {
-    let line = |k: &str| -> Option<Vec<u64>> {
-        let a = guest["proc_stat_".to_owned() + k]["cpu"].as_array()?;
-        let v: Vec<u64> = a.iter().filter_map(Value::as_u64).collect();
-        (v.len() >= 5).then_some(v)
-    };
-    let (a, b) = (line("before")?, line("after")?);
-    let total = |v: &[u64]| v.iter().take(8).sum::<u64>();
-    let idle = |v: &[u64]| v[3] + v[4];
-    let dt = total(&b).checked_sub(total(&a))?;
-    let di = idle(&b).checked_sub(idle(&a))?;
-    (dt > 0).then(|| 100.0 * dt.saturating_sub(di) as f64 / dt as f64)
+    crate::results::cpu_busy_pct(&guest["proc_stat_before"]["cpu"], &guest["proc_stat_after"]["cpu"])
 }
 
 /// Flows whose packets reached a queue other than the one the device chose for them.
