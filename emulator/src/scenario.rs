@@ -23,6 +23,10 @@ pub struct Scenario {
     /// Seconds of traffic per run.
     #[serde(default = "d_duration")]
     pub duration_s: f64,
+    /// Seconds at the start of the traffic left out of the guest's rates (Steer-C/s,
+    /// Add/s, ...): the flows' first steers and filter inserts happen there.
+    #[serde(default)]
+    pub warmup_s: f64,
     #[serde(default)]
     pub timeouts: Timeouts,
     pub vm: Vm,
@@ -250,6 +254,9 @@ impl Scenario {
         }
         if !(self.duration_s > 0.0 && self.duration_s <= 3600.0) {
             return Err(err("duration_s", "must be > 0 and <= 3600"));
+        }
+        if !(self.warmup_s >= 0.0 && self.warmup_s <= self.duration_s - 1.0) {
+            return Err(err("warmup_s", "must be >= 0 and leave at least 1 s of duration_s"));
         }
         if self.guest.workers == 0 || self.guest.workers > 256 {
             return Err(err("guest.workers", "must be between 1 and 256"));

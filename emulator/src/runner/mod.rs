@@ -322,7 +322,8 @@ fn run_one(
     emu.set_peer(None);
     let snap = ctl.snapshot();
     let rules = ctl.rules();
-    let rates = ctl.guest_rates(window.0, window.1);
+    let warmup_ns = (s.warmup_s * 1e9) as u64;
+    let rates = ctl.guest_rates(window.0 + warmup_ns, window.1);
     emu.set_control(None);
     ctl.shutdown();
     let guest: Value = serde_json::from_str(&guest_json)
@@ -366,7 +367,7 @@ fn run_one(
         "link": link,
         "device": device,
         "guest_rx_packets_per_queue": guest_q,
-        "guest": guest_json_obj(&snap, rates, &guest),
+        "guest": guest_json_obj(&snap, rates, &guest, window),
         "flows": flows,
         "flows_stuck_without_filter": if s.guest.module { json!(stuck) } else { Value::Null },
         "guest_cpu_pct": guest_cpu_pct(&guest),
@@ -387,7 +388,12 @@ fn filter_json(snap: &ControlSnapshot) -> Value {
 
 /// The report's `guest` object: the driver's counters from its STATS frames (when the
 /// guest module ran) and the guest system's own view (`system`).
-fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRates>, system: &Value) -> Value {
+fn guest_json_obj(
+    snap: &ControlSnapshot,
+    rates: Option<crate::control::GuestRates>,
+    system: &Value,
+    (traffic_start_ns, traffic_end_ns): (u64, u64),
+) -> Value {
     let mut g = json!({ "module": snap.guest.is_some(), "system": system });
     if let Some(st) = &snap.guest {
         let c = |k: &str| st.counters.get(k).copied().unwrap_or(0);
@@ -400,6 +406,8 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
         g["lock_contended_pct_window"] = json!(rates.map(|r| r.lock_contended_pct));
         g["lock_wait_us_per_s"] = json!(rates.map(|r| r.lock_wait_us_per_s));
         g["rates_window_s"] = json!(rates.map(|r| r.window_s));
+        g["rates_from_s"] = json!(rates.map(|r| (r.from_ns as f64 - traffic_start_ns as f64) / 1e9));
+        g["per_second"] = json!(per_second(&snap.series, traffic_start_ns, traffic_end_ns));
         g["steer_new"] = json!(c("steer_new"));
         g["steer_update"] = json!(c("steer_update"));
         g["steer_same"] = json!(c("steer_same"));
@@ -427,6 +435,29 @@ fn guest_json_obj(snap: &ControlSnapshot, rates: Option<crate::control::GuestRat
         g["counters"] = json!(st.counters);
     }
     g
+}
+
+/// The driver's counters second by second over the traffic (like `funccount -i 1`):
+/// for second k, the difference between the last STATS samples at or before
+/// start + k s and start + (k+1) s. Seconds without a sample on either side are left out.
+pub fn per_second(series: &[crate::control::StatsSample], start_ns: u64, end_ns: u64) -> Vec<Value> {
+    let at = |t: u64| series.iter().rev().find(|x| x.t_ns <= t);
+    let mut out = Vec::new();
+    let mut k = 0u64;
+    while start_ns + (k + 1) * 1_000_000_000 <= end_ns + 50_000_000 {
+        let (a, b) = (at(start_ns + k * 1_000_000_000), at(start_ns + (k + 1) * 1_000_000_000));
+        if let (Some(a), Some(b)) = (a, b) {
+            out.push(json!({
+                "t_s": k + 1,
+                "steer_calls": b.steer_calls.saturating_sub(a.steer_calls),
+                "adds": b.adds_ok.saturating_sub(a.adds_ok),
+                "mods": b.mods_ok.saturating_sub(a.mods_ok),
+                "dels": b.dels_ok.saturating_sub(a.dels_ok),
+            }));
+        }
+        k += 1;
+    }
+    out
 }
 
 /// Guest CPU busy share (%) over the workload, from the guest's `/proc/stat` `cpu` line
@@ -575,4 +606,36 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
         "backend": { "connections": backend.counters().connections, "protocol_errors": backend.counters().protocol_errors },
         "runs": runs,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::StatsSample;
+
+    fn sample(t_ms: u64, steer: u64, adds: u64) -> StatsSample {
+        StatsSample { t_ns: t_ms * 1_000_000, steer_calls: steer, adds_ok: adds, ..Default::default() }
+    }
+
+    #[test]
+    fn per_second_differences_of_the_last_samples() {
+        // STATS every 100 ms from 0.05 s; traffic from 0 to 3 s.
+        let series: Vec<StatsSample> = (0..31).map(|i| sample(50 + i * 100, i * 10, (i / 10).min(2))).collect();
+        let v = per_second(&series, 100_000_000, 3_100_000_000);
+        let steer: Vec<u64> = v.iter().map(|x| x["steer_calls"].as_u64().unwrap()).collect();
+        let adds: Vec<u64> = v.iter().map(|x| x["adds"].as_u64().unwrap()).collect();
+        assert_eq!(steer, vec![100, 100, 100]);
+        assert_eq!(adds, vec![1, 1, 0]);
+        assert_eq!(v[2]["t_s"], 3);
+        // Before the first sample there is nothing to difference.
+        assert_eq!(per_second(&series, 0, 1_000_000_000).len(), 0);
+        assert!(per_second(&[], 0, 5_000_000_000).is_empty());
+    }
+
+    #[test]
+    fn guest_cpu_from_proc_stat() {
+        let g = json!({ "proc_stat_before": { "cpu": [10, 0, 10, 80, 0] }, "proc_stat_after": { "cpu": [30, 0, 30, 140, 0] } });
+        assert_eq!(guest_cpu_pct(&g), Some(40.0));
+        assert_eq!(guest_cpu_pct(&json!({})), None);
+    }
 }

@@ -20,14 +20,17 @@ pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> V
     }
     let scen = dir.path().join(format!("scenario-{name}.toml"));
     std::fs::write(&scen, toml).unwrap();
-    let out = dir.path().join("report.json");
+    // The report stays next to the serial logs for a look after a failure.
+    let logdir = root().join(".cache/e2e").join(name);
+    std::fs::create_dir_all(&logdir).unwrap();
+    let out = logdir.join("report.json");
     let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
         .args(["run", "--quiet", "--scenario"])
         .arg(&scen)
         .arg("--json")
         .arg(&out)
         .arg("--logdir")
-        .arg(root().join(".cache/e2e").join(name))
+        .arg(&logdir)
         .current_dir(root())
         .output()
         .unwrap();
