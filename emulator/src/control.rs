@@ -463,6 +463,15 @@ pub struct ControlRuntime {
     timer: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// When the profile's `[[faults.schedule]]` starts counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// At the runtime's creation (`arfsnic serve`).
+    FromStart,
+    /// At [`ControlRuntime::arm_schedule`] (`arfsnic run`: the start of the traffic).
+    Held,
+}
+
 impl ControlRuntime {
     /// A runtime for `profile` driving `table` (the NIC's filter table), answering with
     /// `queue_pairs` in CAPS, stamping with `clock`, sending through `sink`.
@@ -472,6 +481,19 @@ impl ControlRuntime {
         queue_pairs: u16,
         clock: Clock,
         sink: Arc<dyn ControlSink>,
+    ) -> std::io::Result<Arc<Self>> {
+        Self::with_schedule(profile, table, queue_pairs, clock, sink, Schedule::FromStart)
+    }
+
+    /// As [`ControlRuntime::new`], choosing when the fault schedule starts. A held
+    /// schedule is held before the timer thread exists, so nothing of it can fire early.
+    pub fn with_schedule(
+        profile: &Profile,
+        table: Arc<FilterTable>,
+        queue_pairs: u16,
+        clock: Clock,
+        sink: Arc<dyn ControlSink>,
+        schedule: Schedule,
     ) -> std::io::Result<Arc<Self>> {
         let layout = table.layout();
         let cap = u32::try_from(profile.filter.capacity).unwrap_or(u32::MAX);
@@ -484,7 +506,10 @@ impl ControlRuntime {
             capacity: [cap; 4],
             profile: profile.name.clone(),
         };
-        let engine = Engine::new(profile, table, clock.now_ns());
+        let mut engine = Engine::new(profile, table, clock.now_ns());
+        if schedule == Schedule::Held {
+            engine.hold_schedule();
+        }
         let inner = Inner {
             engine,
             guest_mac: None,
@@ -510,9 +535,14 @@ impl ControlRuntime {
 
     /// Build a runtime for `nic` (its filter table, clock and RX queues) and attach it as
     /// the NIC's control plane.
-    pub fn attach(profile: &Profile, nic: &Arc<EmulatedNic>, queue_pairs: u16) -> std::io::Result<Arc<Self>> {
+    pub fn attach(
+        profile: &Profile,
+        nic: &Arc<EmulatedNic>,
+        queue_pairs: u16,
+        schedule: Schedule,
+    ) -> std::io::Result<Arc<Self>> {
         let sink: Arc<dyn ControlSink> = Arc::new(Arc::downgrade(nic));
-        let rt = Self::new(profile, nic.nic.table().clone(), queue_pairs, nic.clock, sink)?;
+        let rt = Self::with_schedule(profile, nic.nic.table().clone(), queue_pairs, nic.clock, sink, schedule)?;
         nic.set_control(Some(rt.clone()));
         Ok(rt)
     }
@@ -632,33 +662,24 @@ impl ControlRuntime {
     }
 
     /// Apply a fault now (disable/enable, stall, flush, error rates, lost completions).
-    /// Hold the profile's fault schedule until `arm_schedule` (see Engine::hold_schedule).
-    pub fn hold_schedule(&self) {
-        self.shared.lock().engine.hold_schedule();
-    }
-
-    /// Start the profile's fault schedule now (offsets count from this call).
+    /// Start the profile's fault schedule now (offsets count from this call); for a
+    /// runtime attached with [`Schedule::Held`].
     pub fn arm_schedule(&self) {
-        let sh = &*self.shared;
-        let mut out = Vec::new();
-        {
-            let mut g = sh.lock();
-            let mut outs = Vec::new();
-            g.engine.arm_schedule(sh.clock.now_ns(), &mut outs);
-            g.note_rules();
-            g.encode_outputs(outs, &mut out);
-            sh.wake.notify_one();
-        }
-        self.send_all(out);
+        self.engine_op(|e, now, outs| e.arm_schedule(now, outs));
     }
 
     pub fn inject(&self, fault: Fault) {
+        self.engine_op(|e, now, outs| e.inject(fault, now, outs));
+    }
+
+    /// Run `op` on the engine at the current time and send what it produced.
+    fn engine_op(&self, op: impl FnOnce(&mut Engine, u64, &mut Vec<Output>)) {
         let sh = &*self.shared;
         let mut out = Vec::new();
         {
             let mut g = sh.lock();
             let mut outs = Vec::new();
-            g.engine.inject(fault, sh.clock.now_ns(), &mut outs);
+            op(&mut g.engine, sh.clock.now_ns(), &mut outs);
             g.note_rules();
             g.encode_outputs(outs, &mut out);
             sh.wake.notify_one();

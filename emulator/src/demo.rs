@@ -71,8 +71,8 @@ fn provision(root: &Path, o: &DemoOptions) -> anyhow::Result<()> {
 }
 
 /// Build the patched kernel (or find it in the cache) with a progress bar drawn from
-/// build.sh's `building: NN%` lines. Returns true when it was built now.
-fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
+/// build.sh's `building: NN%` lines.
+fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<()> {
     let mut child = Command::new("bash")
         .arg(root.join("guest-tests/kernel/build.sh"))
         .env("BUILD_PROGRESS_STEP", "1")
@@ -86,7 +86,6 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(500));
-    let mut built = false;
     let mut cached = false;
     // Without a terminal the bar draws nothing: print build.sh's messages (and every 10%)
     // as lines, so a log shows them, errors included.
@@ -96,7 +95,6 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
         for line in std::io::BufReader::new(err).lines() {
             let line = line.unwrap_or_default();
             if let Some(rest) = line.strip_prefix("build.sh: building: ") {
-                built = true;
                 let pct: u64 = rest.split('%').next().unwrap_or("").trim().parse().unwrap_or(0);
                 bar.set_position(pct);
                 bar.set_message(rest.split_once('(').map(|(_, m)| m.trim_end_matches(')').to_string()).unwrap_or_default());
@@ -125,7 +123,7 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<bool> {
         bar.set_position(100);
         bar.finish();
     }
-    Ok(built)
+    Ok(())
 }
 
 /// configs/scenarios/NAME.toml, or a path.

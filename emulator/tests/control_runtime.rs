@@ -2,7 +2,7 @@
 //! captures the device's frames (queue pair, wall-clock arrival, bytes).
 
 use arfsnic::clock::Clock;
-use arfsnic::control::{ControlRuntime, ControlSink};
+use arfsnic::control::{ControlRuntime, ControlSink, Schedule};
 use arfsnic::device::{ControlPlane, EmulatedNic};
 use arfsnic::model::engine::Fault;
 use arfsnic::model::filter::FilterTable;
@@ -102,10 +102,14 @@ struct Rig {
 }
 
 fn rig(p: &Profile, pairs: u16) -> Rig {
+    rig_with(p, pairs, Schedule::FromStart)
+}
+
+fn rig_with(p: &Profile, pairs: u16, schedule: Schedule) -> Rig {
     let clock = Clock::new();
     let cap = Capture::new(clock);
     let table = Arc::new(FilterTable::new(p.filter.layout, p.filter.capacity));
-    let rt = ControlRuntime::new(p, table, pairs, clock, cap.clone()).unwrap();
+    let rt = ControlRuntime::with_schedule(p, table, pairs, clock, cap.clone(), schedule).unwrap();
     Rig { rt, cap, clock }
 }
 
@@ -127,6 +131,31 @@ fn key(i: u32) -> FlowKey {
 
 fn add(id: u32, rxq: u16, k: FlowKey) -> Request {
     Request::Add(AddRequest { filter_id: id, rxq, key: k })
+}
+
+#[test]
+fn held_schedule_starts_when_armed() {
+    // Disabled (EPERM) from 0 ms to 300 ms after the schedule starts.
+    let sched = "[[faults.schedule]]\nat_ms = 0\naction = \"disable\"\n[[faults.schedule]]\nat_ms = 300\naction = \"enable\"\n";
+    let p = profile(&format!("{SHARED_1K}{sched}"));
+    let status = |r: &Rig, seq: u32| r.call(0, seq, &add(seq, 0, key(seq))).1.status;
+    let from_start = rig(&p, 1);
+    from_start.rt.set_guest_mac(GUEST);
+    assert_eq!(status(&from_start, 1), libc::EPERM as u16, "FromStart: disabled at once");
+    let held = rig_with(&p, 1, Schedule::Held);
+    held.rt.set_guest_mac(GUEST);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(status(&held, 1), 0, "held: the disable at 0 ms has not fired");
+    held.rt.arm_schedule();
+    assert_eq!(status(&held, 2), libc::EPERM as u16, "armed: disabled from now");
+    let t = Instant::now();
+    let mut seq = 3;
+    while status(&held, seq) != 0 {
+        seq += 1;
+        assert!(t.elapsed() < Duration::from_secs(5), "never enabled again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(250), "enabled after {:?}", t.elapsed());
 }
 
 #[test]
@@ -529,7 +558,7 @@ fn wired_into_the_emulated_nic() {
     // runtime answers through EmulatedNic::send_control, which has no RX port here.
     let p = profile(SHARED_1K);
     let nic = EmulatedNic::new(Arc::new(Nic::new(&p, 2).unwrap()), Clock::new());
-    let rt = ControlRuntime::attach(&p, &nic, 2).unwrap();
+    let rt = ControlRuntime::attach(&p, &nic, 2, Schedule::FromStart).unwrap();
     nic.on_tx(1, &wire::encode_request(GUEST, 1, &Request::Hello));
     nic.on_tx(1, &wire::encode_request(GUEST, 2, &add(5, 1, key(5))));
     let s = rt.snapshot();

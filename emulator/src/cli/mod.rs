@@ -87,7 +87,7 @@ pub struct DemoArgs {
     #[arg(long, value_delimiter = ',', default_values_t = crate::demo::DEFAULT_SCENARIOS.map(String::from))]
     pub scenarios: Vec<String>,
     /// auto (KVM if it really works, else TCG), kvm or tcg.
-    #[arg(long)]
+    #[arg(long, value_parser = ["auto", "kvm", "tcg"])]
     pub accel: Option<String>,
     /// Bring your own kernel: a bzImage to boot instead of the built patched-6.12.
     #[arg(long, requires = "kdir")]
@@ -185,11 +185,6 @@ fn check_baseline(b: &crate::baseline::Report, current: &crate::baseline::Report
 }
 
 fn demo(a: &DemoArgs) -> anyhow::Result<()> {
-    if let Some(acc) = &a.accel {
-        if !["auto", "kvm", "tcg"].contains(&acc.as_str()) {
-            anyhow::bail!("--accel {acc:?}: expected auto, kvm or tcg");
-        }
-    }
     let o = crate::demo::DemoOptions {
         out: a.out.clone(),
         scenarios: a.scenarios.clone(),

@@ -10,7 +10,7 @@ pub mod env;
 pub mod qemu;
 
 use crate::clock::Clock;
-use crate::control::{ControlRuntime, ControlSnapshot};
+use crate::control::{ControlRuntime, ControlSnapshot, Schedule};
 use crate::device::EmulatedNic;
 use crate::model::nic::{Nic, NicSnapshot};
 use crate::model::profile::Profile;
@@ -212,11 +212,10 @@ fn run_one(
     let profile_path = resolve_profile(&profile_spec, &ctx.root, &ctx.scenario_dir)?;
     let profile = Profile::load(&profile_path)?;
     emu.nic.table().flush();
-    let ctl = ControlRuntime::attach(&profile, emu, s.nic.queues).context("starting the control plane")?;
-    ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
     // The profile's [[faults.schedule]] counts from the start of the traffic, not from
     // the guest's boot (whose length depends on the host).
-    ctl.hold_schedule();
+    let ctl = ControlRuntime::attach(&profile, emu, s.nic.queues, Schedule::Held).context("starting the control plane")?;
+    ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
 
     let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
     emu.set_peer(Some(partner.clone()));
