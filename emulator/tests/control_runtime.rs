@@ -210,17 +210,19 @@ fn add_waits_for_the_profile_latency_in_wall_clock_time() {
 
 #[test]
 fn rule_is_visible_only_after_its_completion() {
-    let p = profile(&format!("{SHARED_1K}[engine.latency]\nadd = {{ dist = \"fixed\", us = 30000 }}\n"));
+    // 200 ms: long enough that a descheduled test thread on a loaded machine still checks
+    // before the completion.
+    let p = profile(&format!("{SHARED_1K}[engine.latency]\nadd = {{ dist = \"fixed\", us = 200000 }}\n"));
     let r = rig(&p, 2);
     let table = r.rt.table();
     let t0 = r.clock.now_ns();
     r.send(1, 5, &add(42, 1, key(1)));
     assert!(!table.contains_id(42));
     assert_eq!(table.lookup(&key(1), 64, r.clock.now_ns()), None);
-    assert!(r.clock.now_ns() - t0 < 30_000 * US, "checked before the latency elapsed");
+    assert!(r.clock.now_ns() - t0 < 200_000 * US, "checked before the latency elapsed");
     let (c, m) = r.cap.completion(5);
     assert_eq!((m.status, c.pair), (0, 1));
-    assert!(c.at_ns - t0 >= 30_000 * US);
+    assert!(c.at_ns - t0 >= 200_000 * US);
     assert!(table.contains_id(42));
     assert_eq!(table.lookup(&key(1), 64, r.clock.now_ns()).map(|x| x.0), Some(42));
     let rules = r.rt.rules();
