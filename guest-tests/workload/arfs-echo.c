@@ -122,6 +122,7 @@ static const char *llc_source = "none";
 static struct flow *flows;
 static struct worker *workers;
 static volatile sig_atomic_t stop_flag;
+static double hop_epoch; // hop-* patterns: the workers' common start (now_s())
 
 static void die(const char *fmt, ...)
 {
@@ -397,7 +398,10 @@ static void *worker_main(void *arg)
 	int stealing = cfg.pattern == PAT_WORK_STEALING;
 	int maxevents = stealing ? 1 : BATCH;
 	double period = cfg.period_ms / 1000.0;
-	double next_hop = now_s() + period;
+	// Worker i first hops (1 + i / W) periods after the common start: the workers hop
+	// evenly spread over a period, not in lockstep (lockstep queued every worker's filter
+	// updates at once, and how close the threads happened to start varied per boot).
+	double next_hop = hop_epoch + period * (1.0 + (double)w->id / (double)cfg.workers);
 
 	while (!stop_flag) {
 		int timeout = 100;
@@ -744,6 +748,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "arfs-echo: ready\n");
 
 	double t0 = now_s();
+	hop_epoch = t0;
 	for (uint32_t w = 0; w < cfg.workers; w++) {
 		int rc = pthread_create(&workers[w].thr, NULL, worker_main, &workers[w]);
 		if (rc)
