@@ -76,11 +76,46 @@ fn one_backend_serves_two_qemu_runs() {
     let t = smoke_toml().replace("duration_s = 10", "duration_s = 4")
         + "\n[[runs]]\nlabel = \"first\"\n\n[[runs]]\nlabel = \"second\"\n";
     let r = run_scenario("two-runs", &t, &[]);
-    assert_eq!(r["backend"]["connections"], 2);
     assert_eq!(r["runs"].as_array().unwrap().len(), 2);
+    // One vhost-user connection per QEMU: one per run, plus one per boot that failed
+    // and was retried (boot_attempts).
+    let boots: u64 = r["runs"].as_array().unwrap().iter().map(|run| run["boot_attempts"].as_u64().unwrap()).sum();
+    assert!(boots >= 2);
+    assert_eq!(r["backend"]["connections"], boots);
     for run in r["runs"].as_array().unwrap() {
         assert!(run["link"]["responses"].as_u64().unwrap() > 0, "{}", run["label"]);
         assert_eq!(run["link"]["lost"], 0, "{}", run["label"]);
+    }
+}
+
+/// A guest that never reports `ready` is booted once more; when that boot fails too, the
+/// run fails naming both, and the serial logs of both boots stay.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn a_failed_boot_is_booted_once_more() {
+    let logdir = root().join(".cache/e2e/boot-retry");
+    let _ = std::fs::remove_dir_all(&logdir);
+    std::fs::create_dir_all(&logdir).unwrap();
+    let scen = logdir.join("scenario-boot-retry.toml");
+    // No guest boots to `ready` in 1 s of TCG.
+    std::fs::write(&scen, smoke_toml() + "\n[timeouts]\nboot_s = 1\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--accel", "tcg", "--scenario"])
+        .arg(&scen)
+        .arg("--logdir")
+        .arg(&logdir)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("boot 1 failed (the guest workload was not ready within 1 s"), "{err}");
+    assert!(
+        err.contains("run \"default\" (boot 2; boot 1: the guest workload was not ready within 1 s"),
+        "the final error names both boots: {err}"
+    );
+    for log in ["00-default.serial.log", "00-default.boot2.serial.log"] {
+        assert!(logdir.join(log).is_file(), "{log} kept");
     }
 }
 

@@ -200,12 +200,35 @@ fn fail_with_tail(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
     )
 }
 
+/// How often a run may boot its guest: one more boot after a boot failure.
+const BOOT_ATTEMPTS: u32 = 2;
+
+/// The guest never got to `ready`: QEMU died or hung while booting. Nothing was measured
+/// yet, so the run may boot again. Seen under TCG on a loaded 2-core host: QEMU 10.0.2
+/// aborting in `iotlb_to_section`, and a guest hung in an RCU stall whose vCPU timer
+/// never fired. A failure after `ready` (or a guest-reported error) is never retried.
+#[derive(Debug)]
+struct BootFailed(String);
+
+impl std::fmt::Display for BootFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BootFailed {}
+
+fn boot_failed(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
+    anyhow::Error::new(BootFailed(fail_with_tail(q, what).to_string()))
+}
+
 fn run_one(
     ctx: &Ctx,
     emu: &Arc<EmulatedNic>,
     backend: &Backend,
     run: &Run,
     idx: usize,
+    attempt: u32,
 ) -> anyhow::Result<Value> {
     let s = &ctx.scenario;
     let profile_spec = run.profile.clone().unwrap_or_else(|| s.profile.clone());
@@ -222,7 +245,10 @@ fn run_one(
     let nic0 = emu.nic.snapshot();
     let be0 = backend.counters();
 
-    let tag = format!("{:02}-{}", idx, run.label);
+    let tag = match attempt {
+        1 => format!("{:02}-{}", idx, run.label),
+        n => format!("{:02}-{}.boot{n}", idx, run.label),
+    };
     let spec = qemu::QemuSpec {
         binary: ctx.qemu_bin.clone(),
         accel: ctx.accel.clone(),
@@ -256,7 +282,7 @@ fn run_one(
     let mut window = (0u64, 0u64);
     loop {
         if traffic_started.is_none() && Instant::now() > boot_deadline {
-            return Err(fail_with_tail(&q, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
+            return Err(boot_failed(&q, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
         }
         if let Some(t) = traffic_started {
             if !traffic_stopped && t.elapsed() >= traffic_for {
@@ -299,14 +325,16 @@ fn run_one(
                 if let Ok(Some(st)) = q.child.try_wait() {
                     if !got_json {
                         let _ = partner.stop();
-                        return Err(fail_with_tail(&q, &format!("QEMU exited ({st}) before the guest printed its report")));
+                        let what = format!("QEMU exited ({st}) before the guest printed its report");
+                        return Err(if traffic_started.is_none() { boot_failed(&q, &what) } else { fail_with_tail(&q, &what) });
                     }
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 if !got_json {
                     let _ = partner.stop();
-                    return Err(fail_with_tail(&q, "QEMU's console closed before the guest printed its report"));
+                    let what = "QEMU's console closed before the guest printed its report";
+                    return Err(if traffic_started.is_none() { boot_failed(&q, what) } else { fail_with_tail(&q, what) });
                 }
                 break;
             }
@@ -572,12 +600,34 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut result = Ok(());
-    for (i, run) in ctx.scenario.runs().iter().enumerate() {
-        match run_one(&ctx, &emu, &backend, run, i) {
-            Ok(v) => runs.push(v),
-            Err(e) => {
-                result = Err(e.context(format!("scenario {}, run {:?}", ctx.scenario.name, run.label)));
-                break;
+    'runs: for (i, run) in ctx.scenario.runs().iter().enumerate() {
+        let mut boot_failures: Vec<String> = Vec::new();
+        for attempt in 1..=BOOT_ATTEMPTS {
+            match run_one(&ctx, &emu, &backend, run, i, attempt) {
+                Ok(mut v) => {
+                    v["boot_attempts"] = json!(attempt);
+                    v["boot_failures"] = json!(boot_failures);
+                    runs.push(v);
+                    continue 'runs;
+                }
+                Err(e) if attempt < BOOT_ATTEMPTS && e.downcast_ref::<BootFailed>().is_some() => {
+                    let first = e.to_string().lines().next().unwrap_or_default().to_string();
+                    log::warn!(
+                        "scenario {}, run {:?}: boot {attempt} failed ({first}; logs in {}), booting again",
+                        ctx.scenario.name,
+                        run.label,
+                        ctx.logdir.display()
+                    );
+                    boot_failures.push(first);
+                }
+                Err(e) => {
+                    let earlier = match boot_failures.is_empty() {
+                        true => String::new(),
+                        false => format!(" (boot {attempt}; boot 1: {})", boot_failures.join("; ")),
+                    };
+                    result = Err(e.context(format!("scenario {}, run {:?}{earlier}", ctx.scenario.name, run.label)));
+                    break 'runs;
+                }
             }
         }
     }
