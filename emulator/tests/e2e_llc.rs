@@ -65,15 +65,21 @@ fn interleaved(text: &str, n: usize) -> String {
     out
 }
 
-/// Steer-C/s over all runs with `net.core.arfs_llc_affinity` = `v`: steer calls in the
-/// rate windows over the windows' total length.
-fn pooled_steer_rate(r: &Value, v: &str) -> f64 {
-    let runs: Vec<&Value> =
-        r["runs"].as_array().unwrap().iter().filter(|run| run["sysctls"]["net.core.arfs_llc_affinity"] == v).collect();
-    assert!(!runs.is_empty(), "no run with arfs_llc_affinity={v}");
-    let window = |run: &Value| run["guest"]["rates_window_s"].as_f64().expect("rates_window_s");
-    let calls: f64 = runs.iter().map(|run| steer_rate(run) * window(run)).sum();
-    calls / runs.iter().map(|run| window(run)).sum::<f64>()
+/// The median Steer-C/s of the runs with `net.core.arfs_llc_affinity` = `v`. A run in
+/// which the shared host stalls the TCG guest has more repeated steer calls (packets
+/// still arriving on the old queue while a MOD waits); the median of three keeps one
+/// such run from deciding the check (docs/results.md).
+fn median_steer_rate(r: &Value, v: &str) -> f64 {
+    let mut rates: Vec<f64> = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["sysctls"]["net.core.arfs_llc_affinity"] == v)
+        .map(steer_rate)
+        .collect();
+    assert!(!rates.is_empty(), "no run with arfs_llc_affinity={v}");
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
 }
 
 #[test]
@@ -92,17 +98,17 @@ fn llc_within_sysctl_removes_steering() {
 #[test]
 #[ignore = "needs QEMU 10 and the patched kernel: run through guest-tests/run-tests.sh"]
 fn llc_across_keeps_steering() {
-    // Three interleaved pairs, pooled: a slow phase of the shared host falls on both
-    // settings alike (docs/results.md).
+    // Three interleaved pairs (a slow phase of the shared host falls on both settings
+    // alike), compared by their medians (docs/results.md).
     let text = std::fs::read_to_string(root().join("configs/scenarios/llc-across.toml")).unwrap();
     let r = run_scenario("llc-across", &interleaved(&text, ROUNDS), &[]);
     check_runs(&r);
     assert_eq!(r["runs"].as_array().unwrap().len(), 2 * ROUNDS);
-    let (s0, s1) = (pooled_steer_rate(&r, "0"), pooled_steer_rate(&r, "1"));
+    let (s0, s1) = (median_steer_rate(&r, "0"), median_steer_rate(&r, "1"));
     let each: Vec<String> =
         r["runs"].as_array().unwrap().iter().map(|run| format!("{} {:.1}", run["label"], steer_rate(run))).collect();
     println!("llc-across runs: {}", each.join(", "));
-    println!("llc-across: Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}, {ROUNDS} rounds pooled", s1 / s0);
+    println!("llc-across: median Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}, {ROUNDS} rounds", s1 / s0);
     assert!(s0 > 50.0, "moves across LLCs must steer: {s0:.1}/s");
     assert!((0.75..=1.25).contains(&(s1 / s0)), "sysctl=1 must stay within 25% of sysctl=0: {s1:.1} vs {s0:.1}");
 }
