@@ -10,7 +10,7 @@ mod common;
 use common::{root, run_scenario};
 use serde_json::Value;
 
-/// Interleaved rounds of the llc-across pair. About 1 run in 8 is a "storm"
+/// Interleaved rounds of the llc-across pair. About 1 run in 5 is a "storm"
 /// (docs/results.md); the median of 7 fails only when 4 runs of one setting storm.
 const ROUNDS: usize = 7;
 
