@@ -218,8 +218,14 @@ impl std::fmt::Display for BootFailed {
 
 impl std::error::Error for BootFailed {}
 
-fn boot_failed(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
-    anyhow::Error::new(BootFailed(fail_with_tail(q, what).to_string()))
+/// `fail_with_tail`, marked as a boot failure (retryable) while the guest was not ready.
+fn run_failed(q: &qemu::QemuProcess, booting: bool, what: &str) -> anyhow::Error {
+    let e = fail_with_tail(q, what);
+    if booting {
+        anyhow::Error::new(BootFailed(e.to_string()))
+    } else {
+        e
+    }
 }
 
 fn run_one(
@@ -282,7 +288,7 @@ fn run_one(
     let mut window = (0u64, 0u64);
     loop {
         if traffic_started.is_none() && Instant::now() > boot_deadline {
-            return Err(boot_failed(&q, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
+            return Err(run_failed(&q, true, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
         }
         if let Some(t) = traffic_started {
             if !traffic_stopped && t.elapsed() >= traffic_for {
@@ -326,7 +332,7 @@ fn run_one(
                     if !got_json {
                         let _ = partner.stop();
                         let what = format!("QEMU exited ({st}) before the guest printed its report");
-                        return Err(if traffic_started.is_none() { boot_failed(&q, &what) } else { fail_with_tail(&q, &what) });
+                        return Err(run_failed(&q, traffic_started.is_none(), &what));
                     }
                 }
             }
@@ -334,7 +340,7 @@ fn run_one(
                 if !got_json {
                     let _ = partner.stop();
                     let what = "QEMU's console closed before the guest printed its report";
-                    return Err(if traffic_started.is_none() { boot_failed(&q, what) } else { fail_with_tail(&q, what) });
+                    return Err(run_failed(&q, traffic_started.is_none(), what));
                 }
                 break;
             }
