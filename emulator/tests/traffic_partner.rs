@@ -243,6 +243,13 @@ fn closed_loop_every_request_answered_and_recorded() {
         assert_eq!(f.last_queue, Some(queue_of(f.flow)));
         assert_eq!(f.via_filter, v.via_filter);
         assert_eq!(f.last_filter, filter_of(f.flow));
+        // Flows the fake NIC never filters went through RSS from their first request to the
+        // end of sending; filtered flows end on a filter hit.
+        match (filter_of(f.flow), f.via_rss_only_ms) {
+            (Some(_), None) => {}
+            (None, Some(ms)) => assert!(ms as f64 <= s.duration_s * 1000.0, "flow {}: {ms} ms > {} s", f.flow, s.duration_s),
+            other => panic!("flow {}: filter and RSS series disagree: {other:?}", f.flow),
+        }
         assert_eq!(f.last_cpu, Some(cpu_of(f.flow)));
         let c = cpu_of(f.flow) as usize;
         assert_eq!(f.cpu_counts.len(), c + 1);

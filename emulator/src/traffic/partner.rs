@@ -305,6 +305,11 @@ pub struct FlowRecord {
     /// Requests steered by a filter (rest: RSS).
     pub via_filter: u64,
     pub last_filter: Option<u32>,
+    /// How long, in ms up to the end of sending (or to now while running), the flow's
+    /// delivered requests have all gone through RSS, none through a filter; `None` when its
+    /// last delivered request hit a filter or none was delivered. Tells a flow that lost
+    /// its filter a moment ago (a re-steer on the way) from one left without any.
+    pub via_rss_only_ms: Option<u64>,
     /// Guest CPU that served the last response.
     pub last_cpu: Option<u32>,
     /// Responses per guest CPU (index = CPU).
@@ -354,6 +359,8 @@ struct FlowState {
     /// (seq, send time), oldest first.
     inflight: VecDeque<(u32, Instant)>,
     rec: FlowRecord,
+    /// First delivery of the current unbroken series through RSS (no filter hit).
+    via_rss_since: Option<Instant>,
 }
 
 /// State of one run (start..stop); replaced by the next `start()`.
@@ -387,6 +394,7 @@ impl Run {
                     },
                     inflight: VecDeque::with_capacity(cfg.in_flight_cap().min(64)),
                     next_seq: 0,
+                    via_rss_since: None,
                 })
             })
             .collect();
@@ -697,7 +705,7 @@ impl Inner {
             }
         };
         if let Some(mut f) = run.flow(i) {
-            record_delivery(&mut f.rec, d);
+            record_delivery(&mut f, d, Instant::now());
         }
     }
 }
@@ -705,7 +713,8 @@ impl Inner {
 /// Per-flow record of where requests landed. Only frames that reached an RX ring count
 /// for the queue histogram, the last queue and the filter fields: a frame the device
 /// could not deliver (no buffers, drop filter) landed nowhere.
-fn record_delivery(rec: &mut FlowRecord, d: Delivery) {
+fn record_delivery(f: &mut FlowState, d: Delivery, now: Instant) {
+    let rec = &mut f.rec;
     if !d.delivered {
         rec.not_delivered += 1;
         return;
@@ -723,7 +732,19 @@ fn record_delivery(rec: &mut FlowRecord, d: Delivery) {
     if let Some(id) = d.filter {
         rec.via_filter += 1;
         rec.last_filter = Some(id);
+        f.via_rss_since = None;
+    } else if f.via_rss_since.is_none() {
+        f.via_rss_since = Some(now);
     }
+}
+
+/// The flow's record with `via_rss_only_ms` measured up to `end`.
+fn flow_record(f: &FlowState, end: Instant) -> FlowRecord {
+    let mut rec = f.rec.clone();
+    rec.via_rss_only_ms = f
+        .via_rss_since
+        .map(|t| u64::try_from(end.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX));
+    rec
 }
 
 fn sender_loop(inner: &Inner, run: &Run) {
@@ -943,7 +964,8 @@ impl LinkPartner {
     pub fn stats(&self) -> LinkStats {
         let run = self.inner.run.load_full();
         let stopped = run.stopped.load(SeqCst);
-        let per_flow: Vec<FlowRecord> = run.flows.iter().map(|f| lock(f).rec.clone()).collect();
+        let end = lock(&run.end_send).unwrap_or_else(Instant::now);
+        let per_flow: Vec<FlowRecord> = run.flows.iter().map(|f| flow_record(&lock(f), end)).collect();
         let in_flight = if stopped { 0 } else { run.in_flight() };
         let requests: u64 = per_flow.iter().map(|f| f.requests).sum();
         let responses: u64 = per_flow.iter().map(|f| f.responses).sum();
@@ -967,7 +989,6 @@ impl LinkPartner {
             }
         };
         let first = *lock(&run.first_send);
-        let end = lock(&run.end_send).unwrap_or_else(Instant::now);
         let duration_s = first
             .map(|f| end.saturating_duration_since(f).as_secs_f64())
             .unwrap_or(0.0);
@@ -1140,6 +1161,32 @@ pub fn request_ids(frame: &[u8]) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn via_rss_only_counts_from_the_first_rss_delivery_after_a_filter_hit() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let rss = Delivery { queue: Some(1), delivered: true, filter: None };
+        let hit = Delivery { queue: Some(2), delivered: true, filter: Some(7) };
+        let lost = Delivery { queue: None, delivered: false, filter: None };
+        let mut f = FlowState::default();
+        assert_eq!(flow_record(&f, at(50)).via_rss_only_ms, None, "nothing delivered yet");
+        record_delivery(&mut f, lost, at(100));
+        assert_eq!(flow_record(&f, at(150)).via_rss_only_ms, None, "an undelivered request landed nowhere");
+        record_delivery(&mut f, rss, at(200));
+        record_delivery(&mut f, rss, at(300));
+        assert_eq!(flow_record(&f, at(1200)).via_rss_only_ms, Some(1000), "from the first RSS delivery");
+        record_delivery(&mut f, hit, at(1300));
+        assert_eq!(flow_record(&f, at(5000)).via_rss_only_ms, None, "a filter hit ends the series");
+        record_delivery(&mut f, lost, at(1400));
+        record_delivery(&mut f, rss, at(1500));
+        record_delivery(&mut f, rss, at(1600));
+        let r = flow_record(&f, at(1750));
+        assert_eq!(r.via_rss_only_ms, Some(250));
+        assert_eq!((r.via_filter, r.last_filter, r.not_delivered), (1, Some(7), 2));
+        assert_eq!(r.queue_counts, vec![0, 4, 1]);
+        assert_eq!(flow_record(&f, at(1000)).via_rss_only_ms, Some(0), "an end before the series is 0, not a panic");
+    }
 
     #[test]
     fn mac_text_round_trip() {
