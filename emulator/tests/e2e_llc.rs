@@ -7,6 +7,7 @@
 
 mod common;
 
+use arfsnic::report::STUCK_AFTER_MS;
 use common::{root, run_scenario};
 use serde_json::Value;
 
@@ -139,8 +140,10 @@ fn stale_filter_hazard() {
     // With the sysctl off, filters were installed after the window (3 s into the traffic).
     let late = off["flows"].as_array().unwrap().iter().filter(|f| f["filter_since_s"].as_f64().is_some_and(|t| t >= 3.0)).count();
     assert!(late > 0, "sysctl=0: no filter installed after the EPERM window");
-    // Every stuck flow has no live filter and crosses LLCs (docs/measuring.md).
+    // Every stuck flow has no live filter, has gone through RSS for a while and crosses
+    // LLCs (docs/measuring.md).
     for f in on["flows"].as_array().unwrap().iter().filter(|f| f["stuck_without_filter"] == true) {
-        assert!(f["filter"].is_null() && f["same_llc"] == false, "{f}");
+        let rss_ms = f["via_rss_only_ms"].as_u64();
+        assert!(f["filter"].is_null() && f["same_llc"] == false && rss_ms >= Some(STUCK_AFTER_MS), "{f}");
     }
 }
