@@ -672,6 +672,8 @@ impl Inner {
     ) {
         let cfg = &run.cfg;
         let cap = cfg.in_flight_cap();
+        // One clock read per request: its send time, and when it started an RSS series.
+        let now = Instant::now();
         let seq = {
             let Some(mut f) = run.flow(i) else { return };
             let seq = f.next_seq;
@@ -680,7 +682,7 @@ impl Inner {
                 f.inflight.pop_front();
                 run.dropped.fetch_add(1, Relaxed);
             }
-            f.inflight.push_back((seq, Instant::now()));
+            f.inflight.push_back((seq, now));
             f.rec.requests += 1;
             seq
         };
@@ -705,7 +707,7 @@ impl Inner {
             }
         };
         if let Some(mut f) = run.flow(i) {
-            record_delivery(&mut f, d, Instant::now());
+            record_delivery(&mut f, d, now);
         }
     }
 }
