@@ -57,12 +57,7 @@ fn buf_addr(q: usize, id: u16) -> u64 {
 }
 
 fn flow_tuple(i: usize) -> ([u8; 4], u16, [u8; 4], u16) {
-    (
-        [10, 98, (i >> 8) as u8, (i & 0xff) as u8],
-        (10000 + i) as u16,
-        [10, 98, 0, 2],
-        7000 + (i % 64) as u16,
-    )
+    ([10, 98, (i >> 8) as u8, (i & 0xff) as u8], (10000 + i) as u16, [10, 98, 0, 2], 7000 + (i % 64) as u16)
 }
 
 /// A UDP/IPv4 Ethernet frame of exactly `len` bytes for flow `i`.
@@ -108,8 +103,7 @@ impl Rig {
         let emu = EmulatedNic::new(nic, Clock::new());
         let dir = tempfile::tempdir().expect("tempdir");
         let sock = dir.path().join("loopback.sock");
-        let backend =
-            Arc::new(Backend::new(ServeConfig::new(&sock, PAIRS), emu.clone()).expect("backend"));
+        let backend = Arc::new(Backend::new(ServeConfig::new(&sock, PAIRS), emu.clone()).expect("backend"));
         emu.attach_rx(backend.rx_port());
         let rx = backend.rx_port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -132,9 +126,7 @@ impl Rig {
                 r.post_rx(&g, id, buf_addr(q, id), BUF_LEN);
                 let a = GuestAddress(buf_addr(q, id));
                 // Whole buffer inside the (single) region: the raw baseline may copy into it.
-                g.mem()
-                    .get_slice(a, BUF_LEN as usize)
-                    .expect("buffer in guest memory");
+                g.mem().get_slice(a, BUF_LEN as usize).expect("buffer in guest memory");
                 host.push(g.mem().get_host_address(a).expect("host address"));
             }
             r.arm_interrupt(&g);
@@ -147,30 +139,12 @@ impl Rig {
             let (s, sp, dd, dp) = flow_tuple(i);
             let key = FlowKey::v4(L4Proto::Udp, s, sp, dd, dp);
             let q = (d.rss.queue + 1) % PAIRS;
-            emu.nic
-                .table()
-                .insert(i as u32, key, Action::Queue(q), now)
-                .expect("filter insert");
+            emu.nic.table().insert(i as u32, key, Action::Queue(q), now).expect("filter insert");
             let (_, d2) = emu.nic.classify_frame(&f, now).expect("classify");
-            assert_eq!(
-                (d2.queue, d2.filter),
-                (Some(q), Some(i as u32)),
-                "filter for flow {i}"
-            );
+            assert_eq!((d2.queue, d2.filter), (Some(q), Some(i as u32)), "filter for flow {i}");
         }
-        let mut rig = Rig {
-            emu,
-            rx,
-            g,
-            v,
-            fe,
-            backend,
-            stop,
-            server: Some(server),
-            slot: [0; PAIRS as usize],
-            host,
-            _dir: dir,
-        };
+        let mut rig =
+            Rig { emu, rx, g, v, fe, backend, stop, server: Some(server), slot: [0; PAIRS as usize], host, _dir: dir };
         rig.check_one();
         rig
     }
@@ -185,11 +159,7 @@ impl Rig {
                 d.queue.expect("queue")
             })
             .collect();
-        Frames {
-            len,
-            frames,
-            queues,
-        }
+        Frames { len, frames, queues }
     }
 
     /// One frame through the datapath, read back from guest memory and given back.
@@ -404,20 +374,13 @@ fn main() {
     run_criterion(&mut rig, &sets);
     // LOOPBACK_ROUNDS=0: criterion only (e.g. under a profiler with a benchmark filter).
     if !quick {
-        let rounds = std::env::var("LOOPBACK_ROUNDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(9);
+        let rounds = std::env::var("LOOPBACK_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(9);
         if rounds > 0 {
             interleaved_summary(&mut rig, &sets, rounds);
         }
     }
     let n = rig.emu.nic.snapshot();
-    assert_eq!(
-        n.queues.iter().map(|q| q.dropped_no_buffer).sum::<u64>(),
-        0,
-        "the harness never lets a queue run dry"
-    );
+    assert_eq!(n.queues.iter().map(|q| q.dropped_no_buffer).sum::<u64>(), 0, "the harness never lets a queue run dry");
     if !quick {
         assert!(n.queues.iter().map(|q| q.filter_delivered).sum::<u64>() > 0);
         assert!(n.queues.iter().all(|q| q.rss_delivered > 0));

@@ -34,7 +34,9 @@ fn toeplitz(c: &mut Criterion) {
     g.bench_function("tcpv4_12B", |b| b.iter(|| t.hash(black_box(&v4))));
     let v6 = [0x3fu8; 36];
     g.bench_function("tcpv6_36B", |b| b.iter(|| t.hash(black_box(&v6))));
-    g.bench_function("tcpv4_bit_serial_reference", |b| b.iter(|| Toeplitz::hash_reference(&MICROSOFT_KEY, black_box(&v4))));
+    g.bench_function("tcpv4_bit_serial_reference", |b| {
+        b.iter(|| Toeplitz::hash_reference(&MICROSOFT_KEY, black_box(&v4)))
+    });
     g.finish();
 }
 
@@ -50,7 +52,8 @@ fn classify(c: &mut Criterion) {
         }
         let nic = Nic::with_parts(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap(), table);
         // Half the frames hit a rule (when there are rules), half miss.
-        let frames: Vec<Vec<u8>> = (0..256u32).map(|i| frame_for(&key(if i % 2 == 0 { i } else { 1_000_000 + i }), 18)).collect();
+        let frames: Vec<Vec<u8>> =
+            (0..256u32).map(|i| frame_for(&key(if i % 2 == 0 { i } else { 1_000_000 + i }), 18)).collect();
         let mut n = 0usize;
         g.bench_function(format!("parse_lookup_rss_{rules}_rules"), |b| {
             b.iter(|| {

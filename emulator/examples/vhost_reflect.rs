@@ -37,20 +37,13 @@ struct Reflector {
 }
 
 fn mac_str(m: &[u8]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 fn csum(data: &[u8]) -> u16 {
     let mut s = 0u32;
     for c in data.chunks(2) {
-        let w = if c.len() == 2 {
-            u16::from_be_bytes([c[0], c[1]])
-        } else {
-            u16::from_be_bytes([c[0], 0])
-        };
+        let w = if c.len() == 2 { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_be_bytes([c[0], 0]) };
         s += u32::from(w);
     }
     while s > 0xffff {
@@ -69,12 +62,7 @@ impl Reflector {
             return format!("runt {} bytes", f.len());
         }
         let et = u16::from_be_bytes([f[12], f[13]]);
-        let base = format!(
-            "{} -> {} type {et:#06x} len {}",
-            mac_str(&f[6..12]),
-            mac_str(&f[0..6]),
-            f.len()
-        );
+        let base = format!("{} -> {} type {et:#06x} len {}", mac_str(&f[6..12]), mac_str(&f[0..6]), f.len());
         match et {
             0x0806 if f.len() >= 42 => {
                 let op = u16::from_be_bytes([f[20], f[21]]);
@@ -174,20 +162,12 @@ impl Reflector {
 impl DeviceHooks for Reflector {
     fn on_tx(&self, pair: u16, frame: &[u8]) {
         if !self.quiet {
-            println!(
-                "[{:8.3}] TX  pair {pair}: {}",
-                self.t(),
-                Self::describe(frame)
-            );
+            println!("[{:8.3}] TX  pair {pair}: {}", self.t(), Self::describe(frame));
         }
         let _ = self.arp(pair, frame) || self.icmp(pair, frame);
     }
     fn on_queue_state(&self, pair: u16, enabled: bool) {
-        println!(
-            "[{:8.3}] QUEUE pair {pair} {}",
-            self.t(),
-            if enabled { "enabled" } else { "disabled" }
-        );
+        println!("[{:8.3}] QUEUE pair {pair} {}", self.t(), if enabled { "enabled" } else { "disabled" });
     }
     fn on_link(&self, up: bool) {
         println!("[{:8.3}] LINK {}", self.t(), if up { "up" } else { "down" });
@@ -195,13 +175,7 @@ impl DeviceHooks for Reflector {
 }
 
 /// A 64-byte UDP/IPv4 frame peer:sport -> guest:9.
-fn udp_frame(
-    dst_mac: [u8; 6],
-    src_mac: [u8; 6],
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-) -> Vec<u8> {
+fn udp_frame(dst_mac: [u8; 6], src_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16) -> Vec<u8> {
     let payload = 18usize;
     let mut f = Vec::with_capacity(64);
     f.extend_from_slice(&dst_mac);
@@ -231,14 +205,8 @@ fn flood(h: &Reflector, pps: u64, secs: u64) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    println!(
-        "[{:8.3}] FLOOD start: {pps} pps for {secs} s to {}",
-        h.t(),
-        Ipv4Addr::from(gip)
-    );
-    let frames: Vec<Vec<u8>> = (0..64u16)
-        .map(|k| udp_frame(gmac, h.peer_mac, h.peer_ip, gip, 1024 + k))
-        .collect();
+    println!("[{:8.3}] FLOOD start: {pps} pps for {secs} s to {}", h.t(), Ipv4Addr::from(gip));
+    let frames: Vec<Vec<u8>> = (0..64u16).map(|k| udp_frame(gmac, h.peer_mac, h.peer_ip, gip, 1024 + k)).collect();
     let t0 = Instant::now();
     let mut sent = 0u64;
     let (mut ok, mut nobuf, mut other) = (0u64, 0u64, 0u64);
@@ -250,9 +218,7 @@ fn flood(h: &Reflector, pps: u64, secs: u64) {
             continue;
         }
         let enabled = rx.enabled_pairs();
-        let on: Vec<u16> = (0..rx.pairs())
-            .filter(|&p| enabled[usize::from(p)])
-            .collect();
+        let on: Vec<u16> = (0..rx.pairs()).filter(|&p| enabled[usize::from(p)]).collect();
         while sent < due {
             let k = (sent % 64) as usize;
             let q = if on.is_empty() { 0 } else { on[k % on.len()] };
@@ -287,10 +253,7 @@ fn main() -> anyhow::Result<()> {
     let mut flood_secs = 10u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow::anyhow!("{a} needs a value"))
-        };
+        let mut val = || args.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value"));
         match a.as_str() {
             "--socket" => socket = Some(val()?),
             "--queues" => queues = val()?.parse()?,
@@ -298,10 +261,7 @@ fn main() -> anyhow::Result<()> {
             "--peer-ip" => peer_ip = val()?.parse()?,
             "--peer-mac" => {
                 let v = val()?;
-                let b: Vec<u8> = v
-                    .split(':')
-                    .map(|x| u8::from_str_radix(x, 16))
-                    .collect::<Result<_, _>>()?;
+                let b: Vec<u8> = v.split(':').map(|x| u8::from_str_radix(x, 16)).collect::<Result<_, _>>()?;
                 peer_mac = b.try_into().map_err(|_| anyhow::anyhow!("bad MAC {v}"))?;
             }
             "--quiet" => quiet = true,
@@ -323,10 +283,7 @@ fn main() -> anyhow::Result<()> {
     cfg.threads = threads;
     let backend = Arc::new(Backend::new(cfg, hooks.clone())?);
     let _ = hooks.rx.set(backend.rx_port());
-    println!(
-        "vhost_reflect: serving {socket} with {queues} queue pairs; peer {peer_ip} at {}",
-        mac_str(&peer_mac)
-    );
+    println!("vhost_reflect: serving {socket} with {queues} queue pairs; peer {peer_ip} at {}", mac_str(&peer_mac));
     let stop = Arc::new(AtomicBool::new(false));
     if flood_pps > 0 {
         let h = hooks.clone();

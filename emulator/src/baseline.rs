@@ -56,7 +56,13 @@ pub struct MetricDef {
     source: Source,
 }
 
-const fn num(name: &'static str, path: &'static [&'static str], direction: Direction, floor: f64, unit: &'static str) -> MetricDef {
+const fn num(
+    name: &'static str,
+    path: &'static [&'static str],
+    direction: Direction,
+    floor: f64,
+    unit: &'static str,
+) -> MetricDef {
     MetricDef { name, direction, floor, unit, source: Source::Number(path) }
 }
 
@@ -68,7 +74,13 @@ pub const METRICS: &[MetricDef] = &[
     num("guest.adds_per_s", &["guest", "adds_per_s"], Hi, 5.0, "/s"),
     num("guest.mods_per_s", &["guest", "mods_per_s"], Hi, 5.0, "/s"),
     num("guest.dels_per_s", &["guest", "dels_per_s"], Hi, 5.0, "/s"),
-    MetricDef { name: "guest.add_errors", direction: Hi, floor: 5.0, unit: "", source: Source::SumOfObject(&["guest", "add_errors"]) },
+    MetricDef {
+        name: "guest.add_errors",
+        direction: Hi,
+        floor: 5.0,
+        unit: "",
+        source: Source::SumOfObject(&["guest", "add_errors"]),
+    },
     num("guest.lock_contended_pct", &["guest", "lock_contended_pct"], Hi, 5.0, "%"),
     num("guest.lock_wait_us_per_s", &["guest", "lock_wait_us_per_s"], Hi, 100.0, "us/s"),
     num("link.responses_per_s", &["link", "responses_per_s"], Lo, 20.0, "/s"),
@@ -232,7 +244,9 @@ impl Report {
     /// Check the shape of a report (`scenario`, `runs[].label`, metric types) and read
     /// its metrics. Errors name `source` and the JSON path.
     pub fn from_value(v: &Value, source: &str) -> Result<Report, String> {
-        let obj = v.as_object().ok_or_else(|| format!("{source}: expected a JSON object (a report of `arfsnic run --json`), found {}", type_name(v)))?;
+        let obj = v.as_object().ok_or_else(|| {
+            format!("{source}: expected a JSON object (a report of `arfsnic run --json`), found {}", type_name(v))
+        })?;
         let scenario = match obj.get("scenario") {
             Some(Value::String(s)) => s.clone(),
             None => return Err(format!("{source}: missing field `scenario`")),
@@ -251,7 +265,9 @@ impl Report {
             let label = match r.get("label") {
                 Some(Value::String(s)) => s.clone(),
                 None => return Err(format!("{source}: missing field `runs[{i}].label`")),
-                Some(other) => return Err(format!("{source}: `runs[{i}].label`: expected a string, found {}", type_name(other))),
+                Some(other) => {
+                    return Err(format!("{source}: `runs[{i}].label`: expected a string, found {}", type_name(other)))
+                }
             };
             if runs.iter().any(|x| x.label == label) {
                 return Err(format!("{source}: run label {label:?} appears twice (runs are matched by label)"));
@@ -331,7 +347,12 @@ pub fn compare(baseline: &Report, current: &Report, max_regress_pct: f64) -> any
     }
     let not_in_baseline = only_in(current, baseline);
     if !not_in_baseline.is_empty() {
-        missing.push(format!("run {} in {} but not in {}", not_in_baseline.join(", "), current.source, baseline.source));
+        missing.push(format!(
+            "run {} in {} but not in {}",
+            not_in_baseline.join(", "),
+            current.source,
+            baseline.source
+        ));
     }
     if !missing.is_empty() {
         anyhow::bail!("runs do not match (they are matched by label): {}", missing.join("; "));

@@ -61,10 +61,14 @@ fn provision(root: &Path, o: &DemoOptions) -> anyhow::Result<()> {
         return Ok(());
     }
     let qemu = env::qemu_binary(root);
-    let major = runner::qemu::qemu_major(&qemu)
-        .with_context(|| "QEMU 10 is not installed: run `sudo bash guest-tests/provision.sh` once (or run the demo as root)")?;
+    let major = runner::qemu::qemu_major(&qemu).with_context(|| {
+        "QEMU 10 is not installed: run `sudo bash guest-tests/provision.sh` once (or run the demo as root)"
+    })?;
     if major < 10 {
-        bail!("{} is QEMU {major}; the demo needs QEMU 10: run `sudo bash guest-tests/provision.sh` once", qemu.display());
+        bail!(
+            "{} is QEMU {major}; the demo needs QEMU 10: run `sudo bash guest-tests/provision.sh` once",
+            qemu.display()
+        );
     }
     env::read_env_file(&env::cache_dir(root).join("kernels.env"))?;
     Ok(())
@@ -97,7 +101,9 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<()> {
             if let Some(rest) = line.strip_prefix("build.sh: building: ") {
                 let pct: u64 = rest.split('%').next().unwrap_or("").trim().parse().unwrap_or(0);
                 bar.set_position(pct);
-                bar.set_message(rest.split_once('(').map(|(_, m)| m.trim_end_matches(')').to_string()).unwrap_or_default());
+                bar.set_message(
+                    rest.split_once('(').map(|(_, m)| m.trim_end_matches(')').to_string()).unwrap_or_default(),
+                );
                 if plain && !quiet && shown_pct.is_none_or(|s| pct >= s + 10) {
                     shown_pct = Some(pct);
                     eprintln!("{line}");
@@ -168,7 +174,8 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
         };
         let report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
         let file = o.out.join(format!("{name}.json"));
-        std::fs::write(&file, serde_json::to_string_pretty(&report)?).with_context(|| format!("writing {}", file.display()))?;
+        std::fs::write(&file, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", file.display()))?;
         reports.push(report);
     }
     let runs_s = t2.elapsed().as_secs_f64();

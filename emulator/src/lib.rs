@@ -17,5 +17,5 @@ pub mod results;
 pub mod runner;
 pub mod scenario;
 pub mod traffic;
-pub mod wire;
 pub mod vhost;
+pub mod wire;

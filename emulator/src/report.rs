@@ -66,7 +66,13 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
     link.per_flow
         .iter()
         .map(|f| {
-            let tuple = format!("udp {}:{} {}:{}", crate::runner::PARTNER_IP, f.partner_port, crate::runner::GUEST_IP, f.guest_port);
+            let tuple = format!(
+                "udp {}:{} {}:{}",
+                crate::runner::PARTNER_IP,
+                f.partner_port,
+                crate::runner::GUEST_IP,
+                f.guest_port
+            );
             let rule = by_tuple.get(tuple.as_str()).copied();
             let app_cpu = f.last_cpu;
             let irq = f.last_queue.and_then(|q| irq_cpu.get(usize::from(q)).copied().flatten());
@@ -128,7 +134,17 @@ pub fn summary_table(report: &Value) -> String {
     let _ = writeln!(
         s,
         "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7}  rx per queue",
-        "run", "requests", "replies", "lost", "rtt p50us", "rtt p99us", "Steer-C/s", "adds", "filt.deliv", "misdeliv", "stuck"
+        "run",
+        "requests",
+        "replies",
+        "lost",
+        "rtt p50us",
+        "rtt p99us",
+        "Steer-C/s",
+        "adds",
+        "filt.deliv",
+        "misdeliv",
+        "stuck"
     );
     for r in report["runs"].as_array().into_iter().flatten() {
         let l = &r["link"];

@@ -156,7 +156,9 @@ fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
             let pct = if pct > 0.0 && pct < 0.1 { format!("{pct:.2}") } else { format!("{pct:.1}") };
             format!("{scenario}: Steer-C/s at sysctl=1 is {pct}% of sysctl=0 ({s1:.1} vs {s0:.1} calls/s)")
         }
-        (Some(s0), Some(s1)) => format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a ({s1:.1} vs {s0:.1} calls/s)"),
+        (Some(s0), Some(s1)) => {
+            format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a ({s1:.1} vs {s0:.1} calls/s)")
+        }
         _ => format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a (rate missing)"),
     })
 }
@@ -406,11 +408,7 @@ pub fn svg_chart(rows: &[Row], title: &str) -> anyhow::Result<String> {
 pub fn write_outputs(dir: &Path, reports: &[Value]) -> anyhow::Result<Outputs> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let all: Vec<Row> = reports.iter().flat_map(rows).collect();
-    let out = Outputs {
-        json: dir.join("results.json"),
-        csv: dir.join("results.csv"),
-        svg: dir.join("steer-rate.svg"),
-    };
+    let out = Outputs { json: dir.join("results.json"), csv: dir.join("results.csv"), svg: dir.join("steer-rate.svg") };
     let doc = json!({ "rows": all, "reports": reports });
     let write = |p: &Path, data: &[u8]| std::fs::write(p, data).with_context(|| format!("writing {}", p.display()));
     write(&out.json, &serde_json::to_vec_pretty(&doc)?)?;
@@ -589,11 +587,18 @@ mod tests {
         let svg = svg_chart(&all_rows(&reports()), "steer <rate> & more").unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
         assert!(svg.trim_end().ends_with("</svg>"));
-        for s in ["llc-within", "llc-across", "arfs_llc_affinity=0", "arfs_llc_affinity=1", "steer &lt;rate&gt; &amp; more"] {
+        for s in
+            ["llc-within", "llc-across", "arfs_llc_affinity=0", "arfs_llc_affinity=1", "steer &lt;rate&gt; &amp; more"]
+        {
             assert!(svg.contains(s), "svg lacks {s}");
         }
         // Value labels on the bars.
-        let texts: Vec<&str> = svg.split("<text").skip(1).filter_map(|t| t.split('>').nth(1)).map(|t| t.trim_end_matches("</text").trim()).collect();
+        let texts: Vec<&str> = svg
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| t.split('>').nth(1))
+            .map(|t| t.trim_end_matches("</text").trim())
+            .collect();
         for v in ["800", "4.0", "700", "630"] {
             assert!(texts.contains(&v), "svg lacks label {v}: {texts:?}");
         }

@@ -219,7 +219,10 @@ impl Scenario {
         if v.sockets * v.dies * v.cores * v.threads != v.vcpus {
             return Err(err(
                 "vm.vcpus",
-                format!("{} != sockets {} x dies {} x cores {} x threads {}", v.vcpus, v.sockets, v.dies, v.cores, v.threads),
+                format!(
+                    "{} != sockets {} x dies {} x cores {} x threads {}",
+                    v.vcpus, v.sockets, v.dies, v.cores, v.threads
+                ),
             ));
         }
         if !matches!(v.accel.as_str(), "auto" | "kvm" | "tcg") {
@@ -268,7 +271,10 @@ impl Scenario {
             return Err(err("guest.rmmod_at_s", "needs guest.module = true"));
         }
         if !PATTERNS.contains(&self.guest.pattern.as_str()) {
-            return Err(err("guest.pattern", format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", "))));
+            return Err(err(
+                "guest.pattern",
+                format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", ")),
+            ));
         }
         for (i, r) in self.runs.iter().enumerate() {
             if r.label.is_empty() || r.label.contains(char::is_whitespace) {

@@ -17,14 +17,27 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn classify_prints_hash_slot_queue() {
-    let o = arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--flow", "tcp 66.9.149.187:2794 161.142.100.80:1766"]);
+    let o = arfsnic(&[
+        "classify",
+        "--profile",
+        "configs/mlx5-cx6.toml",
+        "--flow",
+        "tcp 66.9.149.187:2794 161.142.100.80:1766",
+    ]);
     assert!(o.status.success(), "{o:?}");
     // 0x51ccc178 & 127 = 120; default table spreads 128 slots over 4 queues: 120 % 4 = 0.
     assert_eq!(stdout(&o).lines().next(), Some("hash=0x51ccc178 slot=120 queue=0"));
 
     let o = arfsnic(&[
-        "classify", "--profile", "configs/mlx5-cx6.toml", "--queues", "3", "--indir-size", "64",
-        "--flow", "udp [3ffe:2501:200:1fff::7]:2794 [3ffe:2501:200:3::1]:1766",
+        "classify",
+        "--profile",
+        "configs/mlx5-cx6.toml",
+        "--queues",
+        "3",
+        "--indir-size",
+        "64",
+        "--flow",
+        "udp [3ffe:2501:200:1fff::7]:2794 [3ffe:2501:200:3::1]:1766",
     ]);
     // UDPv6 hash equals the TCPv6 vector (same 4-tuple): 0x40207d3d & 63 = 61, 61 % 3 = 1.
     assert_eq!(stdout(&o).lines().next(), Some("hash=0x40207d3d slot=61 queue=1"));
@@ -34,13 +47,20 @@ fn classify_prints_hash_slot_queue() {
 fn classify_key_override_and_json() {
     let key = "6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa";
     let o = arfsnic(&[
-        "classify", "--profile", "configs/e810.toml", "--key", key, "--json",
-        "--flow", "tcp 199.92.111.2:14230 65.69.140.83:4739",
+        "classify",
+        "--profile",
+        "configs/e810.toml",
+        "--key",
+        key,
+        "--json",
+        "--flow",
+        "tcp 199.92.111.2:14230 65.69.140.83:4739",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["hash"], "0xc626b0ea");
     assert_eq!(v["slot"], 0xc626b0eau32 & 127);
-    let o = arfsnic(&["classify", "--profile", "configs/e810.toml", "--key", "00ff", "--flow", "tcp 1.1.1.1:1 2.2.2.2:2"]);
+    let o =
+        arfsnic(&["classify", "--profile", "configs/e810.toml", "--key", "00ff", "--flow", "tcp 1.1.1.1:1 2.2.2.2:2"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--key"), "{o:?}");
 }
@@ -56,15 +76,40 @@ fn classify_with_rules_shows_filter() {
     )
     .unwrap();
     let r = rules.to_str().unwrap();
-    let o = arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--rules", r, "--flow", "tcp 66.9.149.187:2794 161.142.100.80:1766"]);
+    let o = arfsnic(&[
+        "classify",
+        "--profile",
+        "configs/mlx5-cx6.toml",
+        "--rules",
+        r,
+        "--flow",
+        "tcp 66.9.149.187:2794 161.142.100.80:1766",
+    ]);
     assert_eq!(stdout(&o).lines().next(), Some("hash=0x51ccc178 slot=120 queue=3 filter=77"));
-    let o = arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--rules", r, "--flow", "udp 66.9.149.187:2794 161.142.100.80:1766"]);
+    let o = arfsnic(&[
+        "classify",
+        "--profile",
+        "configs/mlx5-cx6.toml",
+        "--rules",
+        r,
+        "--flow",
+        "udp 66.9.149.187:2794 161.142.100.80:1766",
+    ]);
     assert_eq!(stdout(&o).lines().next(), Some("hash=0x51ccc178 slot=120 queue=drop filter=78"));
-    let o = arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--rules", r, "--flow", "tcp 66.9.149.187:2795 161.142.100.80:1766"]);
+    let o = arfsnic(&[
+        "classify",
+        "--profile",
+        "configs/mlx5-cx6.toml",
+        "--rules",
+        r,
+        "--flow",
+        "tcp 66.9.149.187:2795 161.142.100.80:1766",
+    ]);
     assert!(!stdout(&o).contains("filter="));
 
     std::fs::write(&rules, "[[rule]]\nid = 1\nflow = \"tcp 1.1.1.1:1 2.2.2.2:2\"\nqueue = 9\n").unwrap();
-    let o = arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--rules", r, "--flow", "tcp 1.1.1.1:1 2.2.2.2:2"]);
+    let o =
+        arfsnic(&["classify", "--profile", "configs/mlx5-cx6.toml", "--rules", r, "--flow", "tcp 1.1.1.1:1 2.2.2.2:2"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("rule[0].queue"), "{o:?}");
 }
@@ -95,7 +140,14 @@ fn broken_profile_names_file_and_field() {
 
 #[test]
 fn help_for_every_command() {
-    for args in [&["--help"][..], &["classify", "--help"], &["profile", "--help"], &["profile", "check", "--help"], &["run", "--help"], &["serve", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["classify", "--help"],
+        &["profile", "--help"],
+        &["profile", "check", "--help"],
+        &["run", "--help"],
+        &["serve", "--help"],
+    ] {
         let o = arfsnic(args);
         assert!(o.status.success() && stdout(&o).contains("Usage"), "{args:?}");
     }

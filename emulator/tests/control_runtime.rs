@@ -144,7 +144,8 @@ fn add(id: u32, rxq: u16, k: FlowKey) -> Request {
 #[test]
 fn held_schedule_starts_when_armed() {
     // Disabled (EPERM) from 0 ms to 300 ms after the schedule starts.
-    let sched = "[[faults.schedule]]\nat_ms = 0\naction = \"disable\"\n[[faults.schedule]]\nat_ms = 300\naction = \"enable\"\n";
+    let sched =
+        "[[faults.schedule]]\nat_ms = 0\naction = \"disable\"\n[[faults.schedule]]\nat_ms = 300\naction = \"enable\"\n";
     let p = profile(&format!("{SHARED_1K}{sched}"));
     let status = |r: &Rig, seq: u32| r.call(0, seq, &add(seq, 0, key(seq))).1.status;
     let from_start = rig(&p, 1);

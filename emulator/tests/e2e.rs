@@ -8,8 +8,6 @@ use common::{root, run_scenario};
 use serde_json::Value;
 use std::process::Command;
 
-
-
 fn u64s(v: &Value) -> Vec<u64> {
     v.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect()).unwrap_or_default()
 }

@@ -7,8 +7,6 @@ mod common;
 use common::{root, run_scenario};
 use serde_json::Value;
 
-
-
 /// The steer scenario: 4 vCPUs as 2 LLCs, 4 queues, RFS configured, workers hopping
 /// across LLCs, the module loaded.
 fn steer_toml(kernel: &str, duration: u32) -> String {
@@ -88,10 +86,8 @@ fn profile_with(extra: &str) -> String {
 #[test]
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn driver_sees_the_device_latency() {
-    let prof = profile_with("").replace(
-        "add = { dist = \"lognormal\", median_us = 40, sigma = 0.5 }",
-        "add = { dist = \"fixed\", us = 50 }",
-    );
+    let prof = profile_with("")
+        .replace("add = { dist = \"lognormal\", median_us = 40, sigma = 0.5 }", "add = { dist = \"fixed\", us = 50 }");
     assert!(prof.contains("us = 50 }"));
     let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"lat50.toml\"");
     let r = run_scenario("lat50", &t, &[("lat50.toml", prof)]);
@@ -106,10 +102,8 @@ fn driver_sees_the_device_latency() {
 #[test]
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn enospc_counts_agree() {
-    let prof = profile_with("").replace(
-        "[faults]\ndisabled = false",
-        "[faults]\nadd = { rate = 0.3, errno = \"ENOSPC\" }\ndisabled = false",
-    );
+    let prof = profile_with("")
+        .replace("[faults]\ndisabled = false", "[faults]\nadd = { rate = 0.3, errno = \"ENOSPC\" }\ndisabled = false");
     assert!(prof.contains("ENOSPC"));
     let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"enospc.toml\"");
     let r = run_scenario("enospc", &t, &[("enospc.toml", prof)]);

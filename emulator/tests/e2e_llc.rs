@@ -111,7 +111,10 @@ fn llc_across_keeps_steering() {
     let each: Vec<String> =
         r["runs"].as_array().unwrap().iter().map(|run| format!("{} {:.1}", run["label"], steer_rate(run))).collect();
     println!("llc-across runs: {}", each.join(", "));
-    println!("llc-across: median Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}, {ROUNDS} rounds", s1 / s0);
+    println!(
+        "llc-across: median Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}, {ROUNDS} rounds",
+        s1 / s0
+    );
     assert!(s0 > 50.0, "moves across LLCs must steer: {s0:.1}/s");
     assert!((0.75..=1.25).contains(&(s1 / s0)), "sysctl=1 must stay within 25% of sysctl=0: {s1:.1} vs {s0:.1}");
 }
@@ -133,7 +136,12 @@ fn stale_filter_hazard() {
     assert!(stuck(&on) > 0, "sysctl=1 must leave flows stuck without a filter after the window");
     assert!(stuck(&off) <= 1, "sysctl=0 must re-steer them: {} stuck", stuck(&off));
     // With the sysctl off, filters were installed after the window (3 s into the traffic).
-    let late = off["flows"].as_array().unwrap().iter().filter(|f| f["filter_since_s"].as_f64().is_some_and(|t| t >= 3.0)).count();
+    let late = off["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["filter_since_s"].as_f64().is_some_and(|t| t >= 3.0))
+        .count();
     assert!(late > 0, "sysctl=0: no filter installed after the EPERM window");
     // Every stuck flow has no live filter, has gone through RSS for a while and crosses
     // LLCs (docs/measuring.md).

@@ -58,7 +58,9 @@ fn run(p: &Profile, steps: &[Step], check: bool) -> Vec<Output> {
     for s in steps {
         let mut out = Vec::new();
         let cmd = match *s {
-            Step::Add { id, flow, v6, tcp, queue } => Some(Command::Add { id, key: key(flow, v6, tcp), action: Action::Queue(queue) }),
+            Step::Add { id, flow, v6, tcp, queue } => {
+                Some(Command::Add { id, key: key(flow, v6, tcp), action: Action::Queue(queue) })
+            }
             Step::Mod { id, queue } => Some(Command::Mod { id, action: Action::Queue(queue) }),
             Step::Del { id } => Some(Command::Del { id }),
             Step::Flush => Some(Command::Flush),

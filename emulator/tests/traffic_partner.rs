@@ -2,9 +2,7 @@
 //! server (swaps addresses and ports, writes a CPU number) on its own thread, picks an RX
 //! queue and filter per flow, and can drop requests. No QEMU involved.
 
-use arfsnic::traffic::partner::{
-    echo_response, request_ids, LinkPartner, LinkStats, LoopMode, MacAddr, PartnerConfig,
-};
+use arfsnic::traffic::partner::{echo_response, request_ids, LinkPartner, LinkStats, LoopMode, MacAddr, PartnerConfig};
 use arfsnic::traffic::{Delivery, GuestPeer, ToGuest};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
@@ -55,10 +53,7 @@ struct FakeGuest {
 }
 
 impl FakeGuest {
-    fn new(
-        respond: bool,
-        drop_seq: impl Fn(u32) -> bool + Send + Sync + 'static,
-    ) -> (Arc<Self>, JoinHandle<()>) {
+    fn new(respond: bool, drop_seq: impl Fn(u32) -> bool + Send + Sync + 'static) -> (Arc<Self>, JoinHandle<()>) {
         Self::build(respond, false, drop_seq)
     }
 
@@ -113,11 +108,7 @@ impl ToGuest for FakeGuest {
     fn to_guest(&self, frame: &[u8]) -> Delivery {
         let Some((flow, seq)) = request_ids(frame) else {
             self.others.lock().unwrap().push(frame.to_vec());
-            if self.answer_arp
-                && frame.len() >= 42
-                && frame[12..14] == [0x08, 0x06]
-                && frame[21] == 1
-            {
+            if self.answer_arp && frame.len() >= 42 && frame[12..14] == [0x08, 0x06] && frame[21] == 1 {
                 // Reply as the guest would: guest MAC/IP to the asker.
                 let mut r = Vec::new();
                 r.extend_from_slice(&frame[6..12]);
@@ -130,11 +121,7 @@ impl ToGuest for FakeGuest {
                     p.from_guest(0, &r);
                 }
             }
-            return Delivery {
-                queue: Some(0),
-                delivered: true,
-                filter: None,
-            };
+            return Delivery { queue: Some(0), delivered: true, filter: None };
         };
         self.requests.fetch_add(1, SeqCst);
         let q = queue_of(flow);
@@ -159,15 +146,10 @@ impl ToGuest for FakeGuest {
             }
         }
         if !drop_it && self.respond {
-            let resp =
-                echo_response(frame, cpu_of(flow)).expect("partner request must be echoable");
+            let resp = echo_response(frame, cpu_of(flow)).expect("partner request must be echoable");
             let _ = self.tx.send((flow, q, resp));
         }
-        Delivery {
-            queue: Some(q),
-            delivered: true,
-            filter,
-        }
+        Delivery { queue: Some(q), delivered: true, filter }
     }
 }
 
@@ -204,13 +186,7 @@ fn wire(g: &Arc<FakeGuest>, c: PartnerConfig) -> Arc<LinkPartner> {
 #[test]
 fn closed_loop_every_request_answered_and_recorded() {
     let (g, _h) = FakeGuest::new(true, |_| false);
-    let c = PartnerConfig {
-        window: 4,
-        duration_s: 0.6,
-        mode: LoopMode::Closed,
-        rate_pps: 0,
-        ..cfg(16)
-    };
+    let c = PartnerConfig { window: 4, duration_s: 0.6, mode: LoopMode::Closed, rate_pps: 0, ..cfg(16) };
     let p = wire(&g, c);
     let s = run_for(&p, Duration::from_millis(600));
     eprintln!(
@@ -225,11 +201,7 @@ fn closed_loop_every_request_answered_and_recorded() {
     assert_eq!(s.bad_responses, 0);
     assert_eq!(s.late_responses, 0);
     assert!(s.rtt_us_p50 >= 1.0 && s.rtt_us_p99 >= s.rtt_us_p50 && s.rtt_us_max >= s.rtt_us_p99);
-    assert!(
-        s.duration_s >= 0.55 && s.duration_s < 5.0,
-        "{}",
-        s.duration_s
-    );
+    assert!(s.duration_s >= 0.55 && s.duration_s < 5.0, "{}", s.duration_s);
     assert_eq!(s.per_flow.len(), 16);
     let views = g.flows.lock().unwrap();
     let mut window_reached = false;
@@ -247,38 +219,24 @@ fn closed_loop_every_request_answered_and_recorded() {
         // end of sending; filtered flows end on a filter hit.
         match (filter_of(f.flow), f.via_rss_only_ms) {
             (Some(_), None) => {}
-            (None, Some(ms)) => assert!(ms as f64 <= s.duration_s * 1000.0, "flow {}: {ms} ms > {} s", f.flow, s.duration_s),
+            (None, Some(ms)) => {
+                assert!(ms as f64 <= s.duration_s * 1000.0, "flow {}: {ms} ms > {} s", f.flow, s.duration_s)
+            }
             other => panic!("flow {}: filter and RSS series disagree: {other:?}", f.flow),
         }
         assert_eq!(f.last_cpu, Some(cpu_of(f.flow)));
         let c = cpu_of(f.flow) as usize;
         assert_eq!(f.cpu_counts.len(), c + 1);
         assert_eq!(f.cpu_counts[c], f.responses);
-        assert!(
-            v.max_outstanding <= 4,
-            "flow {} had {} outstanding > window 4",
-            f.flow,
-            v.max_outstanding
-        );
+        assert!(v.max_outstanding <= 4, "flow {} had {} outstanding > window 4", f.flow, v.max_outstanding);
         window_reached |= v.max_outstanding == 4;
     }
     assert!(window_reached, "no flow ever used its whole window");
     // Requests were spread round robin.
-    let (mn, mx) = s.per_flow.iter().fold((u64::MAX, 0), |(a, b), f| {
-        (a.min(f.requests), b.max(f.requests))
-    });
+    let (mn, mx) = s.per_flow.iter().fold((u64::MAX, 0), |(a, b), f| (a.min(f.requests), b.max(f.requests)));
     assert!(mx - mn <= mx / 2 + 8, "uneven flows: min {mn} max {mx}");
     let j = serde_json::to_value(&s).unwrap();
-    for k in [
-        "flows",
-        "requests",
-        "responses",
-        "lost",
-        "rtt_us_p50",
-        "rtt_us_p99",
-        "rtt_us_max",
-        "per_flow",
-    ] {
+    for k in ["flows", "requests", "responses", "lost", "rtt_us_p50", "rtt_us_p99", "rtt_us_max", "per_flow"] {
         assert!(j.get(k).is_some(), "stats JSON lacks {k}");
     }
     assert_eq!(j["guest_mac"], "52:54:00:12:34:56");
@@ -288,11 +246,7 @@ fn closed_loop_every_request_answered_and_recorded() {
 #[test]
 fn window_one_means_strict_ping_pong() {
     let (g, _h) = FakeGuest::new(true, |_| false);
-    let c = PartnerConfig {
-        window: 1,
-        duration_s: 0.3,
-        ..cfg(3)
-    };
+    let c = PartnerConfig { window: 1, duration_s: 0.3, ..cfg(3) };
     let p = wire(&g, c);
     let s = run_for(&p, Duration::from_millis(300));
     assert!(s.requests > 10);
@@ -306,13 +260,7 @@ fn window_one_means_strict_ping_pong() {
 fn open_loop_is_paced_and_drops_are_lost() {
     // Guest drops every seq divisible by 5.
     let (g, _h) = FakeGuest::new(true, |seq: u32| seq.is_multiple_of(5));
-    let c = PartnerConfig {
-        mode: LoopMode::Open,
-        rate_pps: 2000,
-        duration_s: 1.0,
-        loss_timeout_ms: 500,
-        ..cfg(4)
-    };
+    let c = PartnerConfig { mode: LoopMode::Open, rate_pps: 2000, duration_s: 1.0, loss_timeout_ms: 500, ..cfg(4) };
     let p = wire(&g, c);
     let s = run_for(&p, Duration::from_secs(1));
     let dropped: u64 = g.flows.lock().unwrap().values().map(|v| v.dropped).sum();
@@ -322,22 +270,13 @@ fn open_loop_is_paced_and_drops_are_lost() {
     );
     // The pacer never sends more than the offered rate allows (a slow, shared machine
     // may send fewer; that is timing, not correctness).
-    assert!(
-        s.requests > 0 && s.requests <= 2300,
-        "2000 pps for 1 s sent {}",
-        s.requests
-    );
+    assert!(s.requests > 0 && s.requests <= 2300, "2000 pps for 1 s sent {}", s.requests);
     assert!(dropped > 0);
     assert_eq!(s.lost, dropped + s.late_responses);
     assert_eq!(s.lost, s.requests - s.responses);
     // Each flow got a quarter.
     for f in &s.per_flow {
-        assert!(
-            f.requests * 4 >= s.requests - 4,
-            "{} of {}",
-            f.requests,
-            s.requests
-        );
+        assert!(f.requests * 4 >= s.requests - 4, "{} of {}", f.requests, s.requests);
     }
 }
 
@@ -345,12 +284,7 @@ fn open_loop_is_paced_and_drops_are_lost() {
 fn closed_loop_recovers_from_drops_after_timeout() {
     // Window 1: a dropped request blocks its flow until the loss timeout frees the slot.
     let (g, _h) = FakeGuest::new(true, |seq| seq % 50 == 7);
-    let c = PartnerConfig {
-        window: 1,
-        duration_s: 1.0,
-        loss_timeout_ms: 300,
-        ..cfg(4)
-    };
+    let c = PartnerConfig { window: 1, duration_s: 1.0, loss_timeout_ms: 300, ..cfg(4) };
     let p = wire(&g, c);
     let s = run_for(&p, Duration::from_secs(1));
     let dropped: u64 = g.flows.lock().unwrap().values().map(|v| v.dropped).sum();
@@ -381,15 +315,8 @@ fn in_flight_table_is_bounded_when_guest_is_silent() {
     let mid = p.stats();
     assert!(mid.running);
     assert!(mid.requests > 100, "{}", mid.requests);
-    assert!(
-        mid.in_flight <= 16,
-        "in-flight table grew to {}",
-        mid.in_flight
-    );
-    assert!(
-        mid.lost >= mid.requests - 16 - 64,
-        "overflowed entries must count as lost: {mid:?}"
-    );
+    assert!(mid.in_flight <= 16, "in-flight table grew to {}", mid.in_flight);
+    assert!(mid.lost >= mid.requests - 16 - 64, "overflowed entries must count as lost: {mid:?}");
     let s = p.stop();
     assert!(!s.running);
     assert_eq!(s.responses, 0);
@@ -398,15 +325,7 @@ fn in_flight_table_is_bounded_when_guest_is_silent() {
 }
 
 /// Hand-built reference frames (not etherparse) so the partner's bytes are checked independently.
-fn arp_frame(
-    dst: [u8; 6],
-    src: [u8; 6],
-    op: u8,
-    sha: [u8; 6],
-    spa: [u8; 4],
-    tha: [u8; 6],
-    tpa: [u8; 4],
-) -> Vec<u8> {
+fn arp_frame(dst: [u8; 6], src: [u8; 6], op: u8, sha: [u8; 6], spa: [u8; 4], tha: [u8; 6], tpa: [u8; 4]) -> Vec<u8> {
     let mut f = Vec::new();
     f.extend_from_slice(&dst);
     f.extend_from_slice(&src);
@@ -421,50 +340,17 @@ fn arp_frame(
 #[test]
 fn arp_request_gets_exact_reply_and_teaches_guest_mac() {
     let (g, _h) = FakeGuest::new(true, |_| false);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            guest_mac: None,
-            ..cfg(1)
-        },
-    );
+    let p = wire(&g, PartnerConfig { guest_mac: None, ..cfg(1) });
     assert_eq!(p.guest_mac(), None);
-    let req = arp_frame(
-        [0xff; 6],
-        GUEST_MAC,
-        1,
-        GUEST_MAC,
-        [10, 99, 0, 2],
-        [0; 6],
-        [10, 99, 0, 1],
-    );
+    let req = arp_frame([0xff; 6], GUEST_MAC, 1, GUEST_MAC, [10, 99, 0, 2], [0; 6], [10, 99, 0, 1]);
     p.from_guest(0, &req);
-    let expect = arp_frame(
-        GUEST_MAC,
-        PARTNER_MAC,
-        2,
-        PARTNER_MAC,
-        [10, 99, 0, 1],
-        GUEST_MAC,
-        [10, 99, 0, 2],
-    );
+    let expect = arp_frame(GUEST_MAC, PARTNER_MAC, 2, PARTNER_MAC, [10, 99, 0, 1], GUEST_MAC, [10, 99, 0, 2]);
     assert_eq!(g.others.lock().unwrap().as_slice(), &[expect]);
     assert_eq!(p.guest_mac(), Some(MacAddr(GUEST_MAC)));
     assert_eq!(p.stats().arp_requests_answered, 1);
 
     // A request for another IP is not answered; a truncated one neither (and nothing panics).
-    p.from_guest(
-        0,
-        &arp_frame(
-            [0xff; 6],
-            GUEST_MAC,
-            1,
-            GUEST_MAC,
-            [10, 99, 0, 2],
-            [0; 6],
-            [10, 99, 0, 9],
-        ),
-    );
+    p.from_guest(0, &arp_frame([0xff; 6], GUEST_MAC, 1, GUEST_MAC, [10, 99, 0, 2], [0; 6], [10, 99, 0, 9]));
     p.from_guest(0, &req[..30]);
     assert_eq!(g.others.lock().unwrap().len(), 1);
     assert_eq!(p.stats().arp_requests_answered, 1);
@@ -473,47 +359,20 @@ fn arp_request_gets_exact_reply_and_teaches_guest_mac() {
 #[test]
 fn partner_arps_until_guest_answers_then_sends() {
     let (g, _h) = FakeGuest::arping(false);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            guest_mac: None,
-            window: 1,
-            ..cfg(2)
-        },
-    );
+    let p = wire(&g, PartnerConfig { guest_mac: None, window: 1, ..cfg(2) });
     p.start().unwrap();
     std::thread::sleep(Duration::from_millis(700));
     assert!(!p.sending());
     let arps = g.others.lock().unwrap().clone();
     // t = 0, 200, 400, 600 ms.
-    assert!(
-        (3..=5).contains(&arps.len()),
-        "{} ARP requests in 700 ms",
-        arps.len()
-    );
-    let expect = arp_frame(
-        [0xff; 6],
-        PARTNER_MAC,
-        1,
-        PARTNER_MAC,
-        [10, 99, 0, 1],
-        [0; 6],
-        [10, 99, 0, 2],
-    );
+    assert!((3..=5).contains(&arps.len()), "{} ARP requests in 700 ms", arps.len());
+    let expect = arp_frame([0xff; 6], PARTNER_MAC, 1, PARTNER_MAC, [10, 99, 0, 1], [0; 6], [10, 99, 0, 2]);
     for a in &arps {
         assert_eq!(a, &expect);
     }
     assert_eq!(g.requests.load(SeqCst), 0);
     // The guest answers the ARP request: the partner learns its MAC and starts.
-    let reply = arp_frame(
-        PARTNER_MAC,
-        GUEST_MAC,
-        2,
-        GUEST_MAC,
-        [10, 99, 0, 2],
-        PARTNER_MAC,
-        [10, 99, 0, 1],
-    );
+    let reply = arp_frame(PARTNER_MAC, GUEST_MAC, 2, GUEST_MAC, [10, 99, 0, 2], PARTNER_MAC, [10, 99, 0, 1]);
     p.from_guest(0, &reply);
     let t = Instant::now();
     while g.requests.load(SeqCst) < 20 && t.elapsed() < Duration::from_secs(5) {
@@ -523,27 +382,14 @@ fn partner_arps_until_guest_answers_then_sends() {
     assert!(s.requests >= 20);
     assert_eq!(s.responses, s.requests);
     assert_eq!(s.guest_mac, Some(MacAddr(GUEST_MAC)));
-    let all_arps = g
-        .others
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|a| **a == expect)
-        .count();
+    let all_arps = g.others.lock().unwrap().iter().filter(|a| **a == expect).count();
     assert_eq!(s.arp_requests_sent as usize, all_arps);
 }
 
 #[test]
 fn guest_that_answers_arp_is_found() {
     let (g, _h) = FakeGuest::arping(true);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            guest_mac: None,
-            duration_s: 0.2,
-            ..cfg(2)
-        },
-    );
+    let p = wire(&g, PartnerConfig { guest_mac: None, duration_s: 0.2, ..cfg(2) });
     let s = run_for(&p, Duration::from_millis(200));
     assert!(s.requests > 0);
     assert_eq!(s.responses, s.requests);
@@ -566,13 +412,7 @@ fn ipv6_neighbour_solicitation_is_answered() {
     let (g, _h) = FakeGuest::new(true, |_| false);
     let ours: std::net::Ipv6Addr = "fd00:99::1".parse().unwrap();
     let guest6: std::net::Ipv6Addr = "fd00:99::2".parse().unwrap();
-    let p = wire(
-        &g,
-        PartnerConfig {
-            partner_ipv6: Some(ours),
-            ..cfg(1)
-        },
-    );
+    let p = wire(&g, PartnerConfig { partner_ipv6: Some(ours), ..cfg(1) });
     // NS from the guest for our address, with a source link-layer address option.
     let mut body = Vec::new();
     body.extend_from_slice(&ours.octets());
@@ -580,11 +420,7 @@ fn ipv6_neighbour_solicitation_is_answered() {
     body.extend_from_slice(&GUEST_MAC);
     let mut ns = Vec::new();
     etherparse::PacketBuilder::ethernet2(GUEST_MAC, [0x33, 0x33, 0xff, 0, 0, 1])
-        .ipv6(
-            guest6.octets(),
-            [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 1],
-            255,
-        )
+        .ipv6(guest6.octets(), [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 1], 255)
         .icmpv6(etherparse::Icmpv6Type::NeighborSolicitation)
         .write(&mut ns, &body)
         .unwrap();
@@ -625,13 +461,7 @@ fn ipv6_neighbour_solicitation_is_answered() {
 #[test]
 fn hostile_frames_never_panic_and_bad_responses_are_counted() {
     let (g, _h) = FakeGuest::new(false, |_| false);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            window: 4,
-            ..cfg(4)
-        },
-    );
+    let p = wire(&g, PartnerConfig { window: 4, ..cfg(4) });
     p.start().unwrap();
     let t = Instant::now();
     while g.requests.load(SeqCst) < 16 && t.elapsed() < Duration::from_secs(5) {
@@ -701,57 +531,25 @@ fn hostile_frames_never_panic_and_bad_responses_are_counted() {
 #[test]
 fn restart_gives_fresh_counters_and_reconfigure_applies() {
     let (g, _h) = FakeGuest::new(true, |_| false);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            duration_s: 0.1,
-            ..cfg(2)
-        },
-    );
+    let p = wire(&g, PartnerConfig { duration_s: 0.1, ..cfg(2) });
     let a = run_for(&p, Duration::from_millis(100));
     assert!(a.requests > 0);
     assert!(p.start().is_ok());
     assert!(p.start().is_err(), "second start while running must fail");
     let b = p.stop();
     assert!(b.requests < a.requests * 10 + 1000);
-    p.reconfigure(PartnerConfig {
-        duration_s: 0.1,
-        ..cfg(5)
-    })
-    .unwrap();
+    p.reconfigure(PartnerConfig { duration_s: 0.1, ..cfg(5) }).unwrap();
     let c = run_for(&p, Duration::from_millis(100));
     assert_eq!(c.per_flow.len(), 5);
     assert_eq!(c.responses, c.requests);
-    assert!(PartnerConfig {
-        payload: 8,
-        ..cfg(1)
-    }
-    .validate()
-    .is_err());
+    assert!(PartnerConfig { payload: 8, ..cfg(1) }.validate().is_err());
 }
 
 #[test]
 fn link_down_forgets_learnt_mac() {
     let (g, _h) = FakeGuest::new(true, |_| false);
-    let p = wire(
-        &g,
-        PartnerConfig {
-            guest_mac: None,
-            ..cfg(1)
-        },
-    );
-    p.from_guest(
-        0,
-        &arp_frame(
-            [0xff; 6],
-            GUEST_MAC,
-            1,
-            GUEST_MAC,
-            [10, 99, 0, 2],
-            [0; 6],
-            [10, 99, 0, 1],
-        ),
-    );
+    let p = wire(&g, PartnerConfig { guest_mac: None, ..cfg(1) });
+    p.from_guest(0, &arp_frame([0xff; 6], GUEST_MAC, 1, GUEST_MAC, [10, 99, 0, 2], [0; 6], [10, 99, 0, 1]));
     assert!(p.guest_mac().is_some());
     p.link(false);
     assert_eq!(p.guest_mac(), None);
@@ -779,9 +577,7 @@ fn port_unreachable_from_guest_is_counted() {
     let quoted = [0u8; 28];
     etherparse::PacketBuilder::ethernet2(GUEST_MAC, PARTNER_MAC)
         .ipv4([10, 99, 0, 2], [10, 99, 0, 1], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::Port,
-        ))
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(etherparse::icmpv4::DestUnreachableHeader::Port))
         .write(&mut f, &quoted)
         .unwrap();
     p.from_guest(0, &f);

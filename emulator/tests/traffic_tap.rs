@@ -29,36 +29,20 @@ struct FakeNic {
 impl ToGuest for FakeNic {
     fn to_guest(&self, frame: &[u8]) -> Delivery {
         let _ = self.tx.send(frame.to_vec());
-        Delivery {
-            queue: Some(0),
-            delivered: true,
-            filter: None,
-        }
+        Delivery { queue: Some(0), delivered: true, filter: None }
     }
 }
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
 }
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("running `ip` (iproute2 must be installed)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("ip").args(args).output().expect("running `ip` (iproute2 must be installed)");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
 /// Deletes the namespace (and with it anything left inside) when the test ends, pass or fail.
@@ -125,11 +109,7 @@ fn tap_in_namespace_both_directions() {
     // IFF_VNET_HDR | IFF_MULTI_QUEUE tap with 2 queues exists on the host now.
     let flags = std::fs::read_to_string(format!("/sys/class/net/{tap_name}/tun_flags")).unwrap();
     let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
-    assert_eq!(
-        flags & 0x5102,
-        0x5102,
-        "tun_flags {flags:#x} lacks TAP|NO_PI|VNET_HDR|MULTI_QUEUE"
-    );
+    assert_eq!(flags & 0x5102, 0x5102, "tun_flags {flags:#x} lacks TAP|NO_PI|VNET_HDR|MULTI_QUEUE");
 
     let (tx, rx) = unbounded();
     tap.start(std::sync::Arc::new(FakeNic { tx })).unwrap();
@@ -145,51 +125,26 @@ fn tap_in_namespace_both_directions() {
     nsx(&["link", "set", "lo", "up"]);
     nsx(&["addr", "add", "10.231.77.1/24", "dev", &tap_name]);
     nsx(&["link", "set", &tap_name, "up"]);
-    nsx(&[
-        "neigh",
-        "replace",
-        "10.231.77.2",
-        "lladdr",
-        "02:00:0a:e7:4d:02",
-        "dev",
-        &tap_name,
-        "nud",
-        "permanent",
-    ]);
+    nsx(&["neigh", "replace", "10.231.77.2", "lladdr", "02:00:0a:e7:4d:02", "dev", &tap_name, "nud", "permanent"]);
 
     let socks = sockets_in_ns(
         &ns_name,
-        vec![
-            SocketAddrV4::new(Ipv4Addr::from(NS_IP), 7001),
-            SocketAddrV4::new(Ipv4Addr::from(NS_IP), 7002),
-        ],
+        vec![SocketAddrV4::new(Ipv4Addr::from(NS_IP), 7001), SocketAddrV4::new(Ipv4Addr::from(NS_IP), 7002)],
     );
     let (s1, s2) = (&socks[0], &socks[1]);
 
     // Namespace -> guest.
-    s1.send_to(
-        b"hello-from-namespace",
-        SocketAddrV4::new(Ipv4Addr::from(GUEST_IP), 9001),
-    )
-    .unwrap();
-    let f = wait_udp(&rx, 9001, Duration::from_secs(5))
-        .expect("UDP datagram from the namespace never reached to_guest");
+    s1.send_to(b"hello-from-namespace", SocketAddrV4::new(Ipv4Addr::from(GUEST_IP), 9001)).unwrap();
+    let f =
+        wait_udp(&rx, 9001, Duration::from_secs(5)).expect("UDP datagram from the namespace never reached to_guest");
     let p = SlicedPacket::from_ethernet(&f).unwrap();
-    let Some(NetSlice::Ipv4(ip4)) = &p.net else {
-        panic!("not IPv4: {f:02x?}")
-    };
+    let Some(NetSlice::Ipv4(ip4)) = &p.net else { panic!("not IPv4: {f:02x?}") };
     assert_eq!(ip4.header().source(), NS_IP);
     assert_eq!(ip4.header().destination(), GUEST_IP);
-    let Some(TransportSlice::Udp(u)) = &p.transport else {
-        unreachable!()
-    };
+    let Some(TransportSlice::Udp(u)) = &p.transport else { unreachable!() };
     assert_eq!(u.source_port(), 7001);
     assert_eq!(u.payload(), b"hello-from-namespace");
-    assert_eq!(
-        &f[0..6],
-        &GUEST_MAC,
-        "frame must start at the Ethernet header (vnet header stripped)"
-    );
+    assert_eq!(&f[0..6], &GUEST_MAC, "frame must start at the Ethernet header (vnet header stripped)");
     let tap_mac: [u8; 6] = f[6..12].try_into().unwrap();
 
     // Guest -> namespace, once per queue pair (pair 3 maps to tap queue 1).
@@ -204,14 +159,9 @@ fn tap_in_namespace_both_directions() {
         tap.from_guest(pair, &frame);
         sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 256];
-        let (n, from) = sock
-            .recv_from(&mut buf)
-            .expect("frame from from_guest never arrived in the namespace");
+        let (n, from) = sock.recv_from(&mut buf).expect("frame from from_guest never arrived in the namespace");
         assert_eq!(&buf[..n], msg.as_bytes());
-        assert_eq!(
-            from,
-            std::net::SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(GUEST_IP), 9001))
-        );
+        assert_eq!(from, std::net::SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(GUEST_IP), 9001)));
     }
 
     // Hostile input on the guest side never panics and is counted.
@@ -237,16 +187,7 @@ fn tap_in_namespace_both_directions() {
 #[test]
 fn tap_open_rejects_bad_arguments() {
     assert!(matches!(TapPeer::open("", 1), Err(TapError::Name(_))));
-    assert!(matches!(
-        TapPeer::open("way-too-long-name0", 1),
-        Err(TapError::Name(_))
-    ));
-    assert!(matches!(
-        TapPeer::open("arfsx", 0),
-        Err(TapError::Queues(0))
-    ));
-    assert!(matches!(
-        TapPeer::open("arfsx", 257),
-        Err(TapError::Queues(257))
-    ));
+    assert!(matches!(TapPeer::open("way-too-long-name0", 1), Err(TapError::Name(_))));
+    assert!(matches!(TapPeer::open("arfsx", 0), Err(TapError::Queues(0))));
+    assert!(matches!(TapPeer::open("arfsx", 257), Err(TapError::Queues(257))));
 }

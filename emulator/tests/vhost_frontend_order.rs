@@ -55,10 +55,7 @@ impl DeviceHooks for Rec {
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
+        assert!(t.elapsed() < Duration::from_secs(5), "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -110,15 +107,7 @@ impl Setup {
         let stop = Arc::new(AtomicBool::new(false));
         let (b, s) = (backend.clone(), stop.clone());
         let server = std::thread::spawn(move || b.serve(&s).unwrap());
-        Setup {
-            rec,
-            backend,
-            rx,
-            stop,
-            server: Some(server),
-            path,
-            _dir: dir,
-        }
+        Setup { rec, backend, rx, stop, server: Some(server), path, _dir: dir }
     }
 }
 
@@ -132,9 +121,7 @@ impl Drop for Setup {
 }
 
 fn frame(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect()
 }
 
 const BUF_BASE: u64 = 0x10_0000;
@@ -162,30 +149,13 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         let f = frame(60 + usize::from(p), p as u8 + round as u8);
         let a = BUF_BASE + 0x1_0000 * u64::from(p);
         g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-        g.mem()
-            .write_slice(&f[..20], GuestAddress(a + HDR as u64))
-            .unwrap();
-        g.mem()
-            .write_slice(&f[20..], GuestAddress(a + 0x800))
-            .unwrap();
+        g.mem().write_slice(&f[..20], GuestAddress(a + HDR as u64)).unwrap();
+        g.mem().write_slice(&f[20..], GuestAddress(a + 0x800)).unwrap();
         let calls_before = v.calls[t].read().unwrap_or(0);
         let _ = calls_before;
-        v.rings[t].add_chain(
-            &g,
-            &[
-                (a, (HDR + 20) as u32, false),
-                (a + 0x800, (f.len() - 20) as u32, false),
-            ],
-        );
+        v.rings[t].add_chain(&g, &[(a, (HDR + 20) as u32, false), (a + 0x800, (f.len() - 20) as u32, false)]);
         v.kicks[t].write(1).unwrap();
-        wait_for("tx frame", || {
-            s.rec
-                .tx
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|(pp, b)| *pp == p && *b == f)
-        });
+        wait_for("tx frame", || s.rec.tx.lock().unwrap().iter().any(|(pp, b)| *pp == p && *b == f));
         wait_for("tx used", || v.rings[t].used_idx(&g) == 1);
         assert_eq!(v.rings[t].pop_used(&g).map(|e| e.0), Some(0));
         wait_for("tx interrupt", || v.calls[t].read().is_ok());
@@ -198,20 +168,9 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         let table = BUF_BASE + 0x9_0000;
         g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
         g.mem().write_slice(&f, GuestAddress(a + 0x100)).unwrap();
-        v.rings[t].add_indirect(
-            &g,
-            table,
-            &[(a, HDR as u32), (a + 0x100, 1000), (a + 0x100 + 1000, 500)],
-        );
+        v.rings[t].add_indirect(&g, table, &[(a, HDR as u32), (a + 0x100, 1000), (a + 0x100 + 1000, 500)]);
         v.kicks[t].write(1).unwrap();
-        wait_for("indirect tx frame", || {
-            s.rec
-                .tx
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|(pp, b)| *pp == p && *b == f)
-        });
+        wait_for("indirect tx frame", || s.rec.tx.lock().unwrap().iter().any(|(pp, b)| *pp == p && *b == f));
     }
     // Every TX frame reached on_tx with the right pair (and nothing else did).
     let ntx = s.rec.tx.lock().unwrap().len();
@@ -230,9 +189,7 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         // A small frame: one buffer, num_buffers = 1, header zero otherwise.
         let f1 = frame(100, 3 + p as u8);
         s.rx.deliver(p, &f1).unwrap();
-        let (id, len) = v.rings[r]
-            .pop_used(&g)
-            .expect("used element for small frame");
+        let (id, len) = v.rings[r].pop_used(&g).expect("used element for small frame");
         assert_eq!((id, len), (0, (HDR + 100) as u32));
         let mut got = vec![0u8; HDR + 100];
         g.mem().read_slice(&mut got, GuestAddress(base)).unwrap();
@@ -244,25 +201,15 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         // A frame larger than one buffer spans three (MRG_RXBUF): 12 + 600 = 256 + 256 + 100.
         let f2 = frame(600, 5 + p as u8);
         s.rx.deliver(p, &f2).unwrap();
-        assert_eq!(
-            v.rings[r].used_idx(&g),
-            4,
-            "three used elements published together"
-        );
+        assert_eq!(v.rings[r].used_idx(&g), 4, "three used elements published together");
         let e: Vec<(u32, u32)> = (0..3).map(|_| v.rings[r].pop_used(&g).unwrap()).collect();
         assert_eq!(e, vec![(1, 256), (2, 256), (3, 100)]);
         let mut got = Vec::new();
         for (k, &(id, len)) in e.iter().enumerate() {
             let mut b = vec![0u8; len as usize];
-            g.mem()
-                .read_slice(&mut b, GuestAddress(base + 0x400 * u64::from(id)))
-                .unwrap();
+            g.mem().read_slice(&mut b, GuestAddress(base + 0x400 * u64::from(id))).unwrap();
             if k == 0 {
-                assert_eq!(
-                    u16::from_le_bytes([b[10], b[11]]),
-                    3,
-                    "num_buffers of spanning frame"
-                );
+                assert_eq!(u16::from_le_bytes([b[10], b[11]]), 3, "num_buffers of spanning frame");
                 b.drain(..HDR);
             }
             got.extend_from_slice(&b);
@@ -288,22 +235,15 @@ fn exercise(s: &Setup, fe: &mut Frontend, pairs: u16, round: u64, first: bool) {
         assert_eq!(pc.rx_no_buffers - pc0.rx_no_buffers, 3, "pair {p}");
         assert_eq!(pc.desc_errors, pc0.desc_errors, "pair {p}");
     }
-    assert!(
-        c.early_enables >= u64::from(2 * pairs),
-        "early enables applied"
-    );
+    assert!(c.early_enables >= u64::from(2 * pairs), "early enables applied");
 
     // ---- ethtool -L: disable the last pair.
     let last = pairs - 1;
     for i in [2 * u32::from(last), 2 * u32::from(last) + 1] {
-        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[])
-            .unwrap();
+        fe.send(SET_VRING_ENABLE, 0, &vring_state(i, 0), &[]).unwrap();
     }
     assert_eq!(fe.get_u64(GET_FEATURES).unwrap(), features::OFFERED);
-    assert_eq!(
-        s.rx.deliver(last, &frame(64, 0)),
-        Err(RxError::QueueDisabled)
-    );
+    assert_eq!(s.rx.deliver(last, &frame(64, 0)), Err(RxError::QueueDisabled));
     assert!(s.rec.qstate.lock().unwrap().contains(&(last, false)));
 
     // ---- shutdown: GET_VRING_BASE per vring returns the consumed avail index.
@@ -380,9 +320,7 @@ fn concurrent_delivery_without_rx_kicks() {
             let r = 2 * p;
             while let Some((id, len)) = v.rings[r].pop_used(&g) {
                 let mut b = vec![0u8; len as usize];
-                g.mem()
-                    .read_slice(&mut b, GuestAddress(buf_addr(p, id as u16)))
-                    .unwrap();
+                g.mem().read_slice(&mut b, GuestAddress(buf_addr(p, id as u16))).unwrap();
                 assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1, "num_buffers");
                 let t = b[HDR];
                 assert_eq!(u16::from(t) % 2, p as u16, "frame on the wrong pair");
@@ -405,18 +343,14 @@ fn concurrent_delivery_without_rx_kicks() {
         }
         if senders.iter().all(|h| h.is_finished()) {
             // Final reap happens in the next iteration; stop when nothing is outstanding.
-            let outstanding =
-                (0..2).any(|p| v.rings[2 * p].used_idx(&g) != v.rings[2 * p].last_used);
+            let outstanding = (0..2).any(|p| v.rings[2 * p].used_idx(&g) != v.rings[2 * p].last_used);
             if !outstanding {
                 break;
             }
         }
         assert!(Instant::now() < deadline, "driver loop timed out");
     }
-    let (ok, nobuf) = senders
-        .into_iter()
-        .map(|h| h.join().unwrap())
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let (ok, nobuf) = senders.into_iter().map(|h| h.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     assert_eq!(ok + nobuf, 4 * PER_THREAD as u64);
     assert_eq!(ok, seen, "every accepted frame reached the driver");
     assert!(ok > 0);
@@ -484,19 +418,10 @@ fn hostile_descriptors_are_counted_not_fatal() {
     let f = frame(80, 42);
     let a = BUF_BASE + 0x4_0000;
     g.mem().write_slice(&[0u8; HDR], GuestAddress(a)).unwrap();
-    g.mem()
-        .write_slice(&f, GuestAddress(a + HDR as u64))
-        .unwrap();
+    g.mem().write_slice(&f, GuestAddress(a + HDR as u64)).unwrap();
     v.rings[t].add_chain(&g, &[(a, (HDR + 80) as u32, false)]);
     v.kicks[t].write(1).unwrap();
-    wait_for("good frame after bad ones", || {
-        s.rec
-            .tx
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(p, b)| *p == 0 && *b == f)
-    });
+    wait_for("good frame after bad ones", || s.rec.tx.lock().unwrap().iter().any(|(p, b)| *p == 0 && *b == f));
     wait_for("all chains used", || v.rings[t].used_idx(&g) == 6);
     let c = s.backend.counters().pairs[0];
     assert_eq!(c.tx_frames, 1);
@@ -506,28 +431,13 @@ fn hostile_descriptors_are_counted_not_fatal() {
     // RX: a read-only chain in the RX ring, then a frame larger than MAX_FRAME.
     let r = 0usize;
     v.rings[r].add_chain(&g, &[(BUF_BASE, 256, false)]);
-    assert!(matches!(
-        s.rx.deliver(0, &frame(64, 0)),
-        Err(RxError::Memory(_))
-    ));
-    assert_eq!(
-        v.rings[r].used_idx(&g),
-        1,
-        "malformed RX chain returned with len 0"
-    );
-    assert_eq!(
-        v.rings[r].pop_used(&g),
-        Some((u32::from(v.rings[r].next_desc - 1), 0))
-    );
+    assert!(matches!(s.rx.deliver(0, &frame(64, 0)), Err(RxError::Memory(_))));
+    assert_eq!(v.rings[r].used_idx(&g), 1, "malformed RX chain returned with len 0");
+    assert_eq!(v.rings[r].pop_used(&g), Some((u32::from(v.rings[r].next_desc - 1), 0)));
     assert_eq!(s.rx.deliver(0, &vec![0u8; 65_551]), Err(RxError::TooLarge));
     // A broken avail index (more than queue size ahead) on pair 1's RX ring.
-    g.mem()
-        .write_obj(0x4000u16.to_le(), GuestAddress(v.rings[2].avail + 2))
-        .unwrap();
-    assert!(matches!(
-        s.rx.deliver(1, &frame(64, 0)),
-        Err(RxError::Memory(_))
-    ));
+    g.mem().write_obj(0x4000u16.to_le(), GuestAddress(v.rings[2].avail + 2)).unwrap();
+    assert!(matches!(s.rx.deliver(1, &frame(64, 0)), Err(RxError::Memory(_))));
     // Pair 0 still works.
     v.rings[r].add_chain(&g, &[(BUF_BASE + 0x1000, 2048, true)]);
     s.rx.deliver(0, &frame(64, 0)).unwrap();
@@ -574,18 +484,11 @@ fn random_rings_never_panic() {
                     let next = (rnd() % 24) as u16;
                     r.write_desc(&g, r.desc, i, (addr, len, flags, next));
                     let head = (rnd() % 20) as u16;
-                    g.mem()
-                        .write_obj(head, GuestAddress(r.avail + 4 + 2 * u64::from(i)))
-                        .unwrap();
+                    g.mem().write_obj(head, GuestAddress(r.avail + 4 + 2 * u64::from(i))).unwrap();
                 }
                 let idx = (rnd() % 40) as u16;
                 g.mem().write_obj(idx, GuestAddress(r.avail + 2)).unwrap();
-                g.mem()
-                    .write_obj(
-                        (rnd() % 40) as u16,
-                        GuestAddress(r.avail + 4 + 2 * u64::from(QSIZE)),
-                    )
-                    .unwrap();
+                g.mem().write_obj((rnd() % 40) as u16, GuestAddress(r.avail + 4 + 2 * u64::from(QSIZE))).unwrap();
             }
             for p in 0..2u16 {
                 let _ = s.rx.deliver(p, &frame((rnd() % 3000) as usize, 1));

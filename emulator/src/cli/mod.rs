@@ -175,7 +175,11 @@ fn compare(a: &CompareArgs) -> anyhow::Result<()> {
 }
 
 /// Print the comparison table; an error naming every regressed metric.
-fn check_baseline(b: &crate::baseline::Report, current: &crate::baseline::Report, max_regress: f64) -> anyhow::Result<()> {
+fn check_baseline(
+    b: &crate::baseline::Report,
+    current: &crate::baseline::Report,
+    max_regress: f64,
+) -> anyhow::Result<()> {
     let o = crate::baseline::compare(b, current, max_regress)?;
     print!("{}", crate::baseline::render_table(&o));
     match o.regression_message() {

@@ -60,7 +60,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let cfg_mac = cfg.mac;
     let backend = Backend::new(cfg, emu.clone()).with_context(|| format!("--socket {}", a.socket.display()))?;
     emu.attach_rx(backend.rx_port());
-    let ctl = crate::control::ControlRuntime::attach(&profile, &emu, queues, crate::control::Schedule::FromStart).context("starting the control plane")?;
+    let ctl = crate::control::ControlRuntime::attach(&profile, &emu, queues, crate::control::Schedule::FromStart)
+        .context("starting the control plane")?;
     if let Some(m) = cfg_mac {
         ctl.set_guest_mac(m);
     }

@@ -84,7 +84,9 @@ impl Command {
 
     pub fn id(&self) -> Option<u32> {
         match self {
-            Command::Add { id, .. } | Command::Mod { id, .. } | Command::Del { id } | Command::Query { id } => Some(*id),
+            Command::Add { id, .. } | Command::Mod { id, .. } | Command::Del { id } | Command::Query { id } => {
+                Some(*id)
+            }
             Command::Flush => None,
         }
     }
@@ -124,11 +126,19 @@ pub enum Output {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
     Disable(bool),
-    Stall { ns: u64 },
+    Stall {
+        ns: u64,
+    },
     Flush,
     /// Error rate for ADD, MOD or DEL (rate 0 turns it off).
-    Errors { op: Op, rate: f64, errno: i32 },
-    LostCompletions { rate: f64 },
+    Errors {
+        op: Op,
+        rate: f64,
+        errno: i32,
+    },
+    LostCompletions {
+        rate: f64,
+    },
 }
 
 /// Latency percentiles of one operation, microseconds (enqueue to finish).
@@ -490,7 +500,9 @@ impl Engine {
         let mut rule = None;
         let status = match (r.fail, &r.cmd) {
             (Some(e), _) => e,
-            (None, Command::Add { id, key, action }) => self.table.insert(*id, *key, *action, at).err().map_or(0, |e| e.errno()),
+            (None, Command::Add { id, key, action }) => {
+                self.table.insert(*id, *key, *action, at).err().map_or(0, |e| e.errno())
+            }
             (None, Command::Mod { id, action }) => self.table.modify(*id, *action).err().map_or(0, |e| e.errno()),
             (None, Command::Del { id }) => self.table.delete(*id).err().map_or(0, |e| e.errno()),
             (None, Command::Flush) => {
@@ -589,7 +601,8 @@ mod tests {
             .collect()
     }
 
-    const FIXED_50: &str = "[engine.latency]\nadd = { dist = \"fixed\", us = 50 }\ndel = { dist = \"fixed\", us = 20 }\n";
+    const FIXED_50: &str =
+        "[engine.latency]\nadd = { dist = \"fixed\", us = 50 }\ndel = { dist = \"fixed\", us = 20 }\n";
 
     #[test]
     fn rule_takes_effect_at_completion() {
@@ -613,7 +626,12 @@ mod tests {
         let mut e = engine(&format!("[engine]\nslots = 1\nqueue_depth = 2\n{FIXED_50}"));
         let mut out = vec![];
         for i in 0..4u16 {
-            e.submit(u64::from(i), Command::Add { id: u32::from(i), key: key(i), action: Action::Queue(0) }, 0, &mut out);
+            e.submit(
+                u64::from(i),
+                Command::Add { id: u32::from(i), key: key(i), action: Action::Queue(0) },
+                0,
+                &mut out,
+            );
         }
         // 1 executing + 2 queued; the fourth is rejected at once with EBUSY.
         let c = completions(&out);
@@ -643,7 +661,12 @@ mod tests {
         let mut e = engine(&format!("[engine]\nslots = 4\nmax_inflight_adds = 2\n{FIXED_50}"));
         let mut out = vec![];
         for i in 0..3u16 {
-            e.submit(u64::from(i), Command::Add { id: u32::from(i), key: key(i), action: Action::Queue(0) }, 0, &mut out);
+            e.submit(
+                u64::from(i),
+                Command::Add { id: u32::from(i), key: key(i), action: Action::Queue(0) },
+                0,
+                &mut out,
+            );
         }
         assert_eq!(completions(&out).iter().map(|c| (c.tag, c.status)).collect::<Vec<_>>(), vec![(2, libc::EBUSY)]);
         e.advance(50 * US, &mut out);
@@ -750,7 +773,12 @@ mod tests {
             .enumerate()
             .map(|(i, &ms)| {
                 out.clear();
-                e.submit(0, Command::Add { id: i as u32, key: key(i as u16), action: Action::Queue(0) }, ms * MS, &mut out);
+                e.submit(
+                    0,
+                    Command::Add { id: i as u32, key: key(i as u16), action: Action::Queue(0) },
+                    ms * MS,
+                    &mut out,
+                );
                 e.advance(ms * MS, &mut out);
                 completions(&out).last().map_or(-1, |c| c.status)
             })
@@ -761,21 +789,28 @@ mod tests {
     #[test]
     fn held_schedule_counts_from_arming() {
         // ENOSPC on every ADD from 5 ms to 8 ms after arming; held until 100 ms.
-        let extra = "[[faults.schedule]]\nat_ms = 5\naction = \"errors\"\nop = \"add\"\nrate = 1.0\nerrno = \"ENOSPC\"\n\
+        let extra =
+            "[[faults.schedule]]\nat_ms = 5\naction = \"errors\"\nop = \"add\"\nrate = 1.0\nerrno = \"ENOSPC\"\n\
                      [[faults.schedule]]\nat_ms = 8\naction = \"errors\"\nop = \"add\"\nrate = 0.0\n";
         let mut e = engine(extra);
         e.hold_schedule();
         let mut out = vec![];
         let mut add_at = |e: &mut Engine, id: u32, ms: u64| {
             out.clear();
-            e.submit(u64::from(id), Command::Add { id, key: key(id as u16), action: Action::Queue(0) }, ms * MS, &mut out);
+            e.submit(
+                u64::from(id),
+                Command::Add { id, key: key(id as u16), action: Action::Queue(0) },
+                ms * MS,
+                &mut out,
+            );
             e.advance(ms * MS, &mut out);
             completions(&out).last().map_or(-1, |c| c.status)
         };
         assert_eq!(add_at(&mut e, 1, 6), 0, "held: nothing fires at 5 ms");
         let mut arm_out = vec![];
         e.arm_schedule(100 * MS, &mut arm_out);
-        let statuses: Vec<i32> = [(2, 104), (3, 106), (4, 107), (5, 109)].iter().map(|&(id, ms)| add_at(&mut e, id, ms)).collect();
+        let statuses: Vec<i32> =
+            [(2, 104), (3, 106), (4, 107), (5, 109)].iter().map(|&(id, ms)| add_at(&mut e, id, ms)).collect();
         assert_eq!(statuses, vec![0, libc::ENOSPC, libc::ENOSPC, 0]);
     }
 

@@ -1,8 +1,13 @@
 //! Linux errno values by name, as drivers and the control protocol carry them.
 
 /// Errnos a profile may inject.
-pub const INJECTABLE: [(&str, i32); 5] =
-    [("ENOSPC", libc::ENOSPC), ("EPERM", libc::EPERM), ("ENOMEM", libc::ENOMEM), ("EIO", libc::EIO), ("EBUSY", libc::EBUSY)];
+pub const INJECTABLE: [(&str, i32); 5] = [
+    ("ENOSPC", libc::ENOSPC),
+    ("EPERM", libc::EPERM),
+    ("ENOMEM", libc::ENOMEM),
+    ("EIO", libc::EIO),
+    ("EBUSY", libc::EBUSY),
+];
 
 const OTHERS: [(&str, i32); 8] = [
     ("EEXIST", libc::EEXIST),

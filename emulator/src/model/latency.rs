@@ -120,7 +120,8 @@ impl Sampler {
             Sampler::LogNormal(d) => us_to_ns(d.sample(rng)),
             Sampler::Histogram(cum) => {
                 let u: f64 = rng.random();
-                let (_, lo, hi) = cum.iter().find(|(c, _, _)| u < *c).or(cum.last()).copied().unwrap_or((1.0, 0.0, 0.0));
+                let (_, lo, hi) =
+                    cum.iter().find(|(c, _, _)| u < *c).or(cum.last()).copied().unwrap_or((1.0, 0.0, 0.0));
                 us_to_ns(lo + (hi - lo) * rng.random::<f64>())
             }
         }

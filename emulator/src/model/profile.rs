@@ -259,7 +259,9 @@ pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Config
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let line = inner.span().map(|s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1);
+        let line = inner
+            .span()
+            .map(|s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1);
         let mut msg = inner.message().to_string();
         if let Some(l) = line {
             msg.push_str(&format!(" (line {l})"));

@@ -40,8 +40,12 @@ pub struct GuestKernel {
 
 /// `KEY=value` lines written by guest-tests/provision.sh.
 pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("{} is missing: run `bash guest-tests/provision.sh` first (installs QEMU 10 and the Debian guest kernels)", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "{} is missing: run `bash guest-tests/provision.sh` first (installs QEMU 10 and the Debian guest kernels)",
+            path.display()
+        )
+    })?;
     Ok(text
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))
@@ -94,7 +98,9 @@ pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::R
     if let Some(sfx) = suffix {
         let env = read_env_file(&cache_dir(root).join("kernels.env"))?;
         let get = |k: &str| -> anyhow::Result<String> {
-            env.get(&format!("{k}_{sfx}")).cloned().with_context(|| format!("kernels.env has no {k}_{sfx}: rerun guest-tests/provision.sh"))
+            env.get(&format!("{k}_{sfx}"))
+                .cloned()
+                .with_context(|| format!("kernels.env has no {k}_{sfx}: rerun guest-tests/provision.sh"))
         };
         let image = PathBuf::from(get("KERNEL")?);
         if !image.is_file() {
@@ -112,13 +118,7 @@ pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::R
     if !image.is_file() {
         bail!("kernel {spec:?} is neither debian-6.1, debian-6.12, patched-6.12, vanilla-6.12 nor an existing bzImage");
     }
-    Ok(GuestKernel {
-        label: spec.to_string(),
-        image,
-        moddir: None,
-        kdir: kdir.map(Path::to_path_buf),
-        release: None,
-    })
+    Ok(GuestKernel { label: spec.to_string(), image, moddir: None, kdir: kdir.map(Path::to_path_buf), release: None })
 }
 
 /// The QEMU binary: QEMU from kernels.env, else the one on PATH.

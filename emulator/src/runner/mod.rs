@@ -243,7 +243,8 @@ fn run_one(
     emu.nic.table().flush();
     // The profile's [[faults.schedule]] counts from the start of the traffic, not from
     // the guest's boot (whose length depends on the host).
-    let ctl = ControlRuntime::attach(&profile, emu, s.nic.queues, Schedule::Held).context("starting the control plane")?;
+    let ctl =
+        ControlRuntime::attach(&profile, emu, s.nic.queues, Schedule::Held).context("starting the control plane")?;
     ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
 
     let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
@@ -288,7 +289,11 @@ fn run_one(
     let mut window = (0u64, 0u64);
     loop {
         if traffic_started.is_none() && Instant::now() > boot_deadline {
-            return Err(run_failed(&q, true, &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s)));
+            return Err(run_failed(
+                &q,
+                true,
+                &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s),
+            ));
         }
         if let Some(t) = traffic_started {
             if !traffic_stopped && t.elapsed() >= traffic_for {
@@ -300,7 +305,13 @@ fn run_one(
             }
         }
         if finish_deadline.is_some_and(|d| Instant::now() > d) {
-            return Err(fail_with_tail(&q, &format!("the guest did not finish within {} s after the traffic (timeouts.finish_s)", s.timeouts.finish_s)));
+            return Err(fail_with_tail(
+                &q,
+                &format!(
+                    "the guest did not finish within {} s after the traffic (timeouts.finish_s)",
+                    s.timeouts.finish_s
+                ),
+            ));
         }
         match q.lines.recv_timeout(Duration::from_millis(50)) {
             Ok(line) => {
@@ -510,7 +521,8 @@ fn flows_misdelivered(link: &LinkStats, guest: &Value) -> (u64, u64) {
     let mut compared = 0;
     let mut bad = 0;
     for gf in guest["workload"]["flows"].as_array().into_iter().flatten() {
-        let (Some(i), Some(id), Some(received)) = (gf["flow"].as_u64(), gf["last_napi_id"].as_u64(), gf["requests"].as_u64())
+        let (Some(i), Some(id), Some(received)) =
+            (gf["flow"].as_u64(), gf["last_napi_id"].as_u64(), gf["requests"].as_u64())
         else {
             continue;
         };
@@ -564,7 +576,10 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     };
     std::fs::create_dir_all(&logdir)?;
     let progress = if opts.quiet { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-    progress.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     progress.enable_steady_tick(Duration::from_millis(200));
 
     let qemu_bin = env::qemu_binary(&root);
@@ -579,7 +594,11 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     let accel = match opts.accel.as_deref().unwrap_or(&scenario.vm.accel) {
         "auto" => {
             progress.set_message("probing KVM");
-            if kvm_works_cached(&root, &qemu_bin, &kernel.image) { "kvm" } else { "tcg" }
+            if kvm_works_cached(&root, &qemu_bin, &kernel.image) {
+                "kvm"
+            } else {
+                "tcg"
+            }
         }
         "kvm" => "kvm",
         "tcg" => "tcg",
@@ -591,7 +610,9 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     build_initramfs(&root, &kernel, scenario.guest.module, &initrd)?;
 
     let first_profile = Profile::load(&resolve_profile(&scenario.profile, &root, &scenario_dir)?)?;
-    let nic = Arc::new(Nic::new(&first_profile, scenario.nic.queues).map_err(|e| anyhow!("profile {}: {e}", first_profile.name))?);
+    let nic = Arc::new(
+        Nic::new(&first_profile, scenario.nic.queues).map_err(|e| anyhow!("profile {}: {e}", first_profile.name))?,
+    );
     let emu = EmulatedNic::new(nic, Clock::new());
     let sockdir = tempfile::Builder::new().prefix("arfsnic-").tempdir()?;
     let socket = sockdir.path().join("vhost-user.sock");

@@ -48,7 +48,10 @@ impl QemuSpec {
             "-cpu".into(),
             self.cpu.clone(),
             "-smp".into(),
-            format!("{},sockets={},dies={},cores={},threads={}", self.vcpus, self.sockets, self.dies, self.cores, self.threads),
+            format!(
+                "{},sockets={},dies={},cores={},threads={}",
+                self.vcpus, self.sockets, self.dies, self.cores, self.threads
+            ),
             "-m".into(),
             format!("{m}M"),
             // vhost-user needs guest memory the backend can map: memfd with share=on.

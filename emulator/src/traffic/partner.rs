@@ -33,8 +33,8 @@
 use crate::traffic::{Delivery, GuestPeer, ToGuest};
 use arc_swap::ArcSwap;
 use etherparse::{
-    icmpv6::NeighborAdvertisementHeader, ArpHardwareId, ArpOperation, ArpPacket, EtherType,
-    Icmpv6Type, LinkSlice, NetSlice, PacketBuilder, SlicedPacket, TransportSlice,
+    icmpv6::NeighborAdvertisementHeader, ArpHardwareId, ArpOperation, ArpPacket, EtherType, Icmpv6Type, LinkSlice,
+    NetSlice, PacketBuilder, SlicedPacket, TransportSlice,
 };
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -92,11 +92,7 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            m[0], m[1], m[2], m[3], m[4], m[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
     }
 }
 
@@ -113,16 +109,12 @@ impl FromStr for MacAddr {
         let mut m = [0u8; 6];
         let mut parts = s.split([':', '-']);
         for b in &mut m {
-            let p = parts.next().ok_or_else(|| {
-                format!("bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01")
-            })?;
+            let p =
+                parts.next().ok_or_else(|| format!("bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01"))?;
             if p.is_empty() || p.len() > 2 {
-                return Err(format!(
-                    "bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01"
-                ));
+                return Err(format!("bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01"));
             }
-            *b = u8::from_str_radix(p, 16)
-                .map_err(|_| format!("bad MAC {s:?}: {p:?} is not a hex byte"))?;
+            *b = u8::from_str_radix(p, 16).map_err(|_| format!("bad MAC {s:?}: {p:?} is not a hex byte"))?;
         }
         if parts.next().is_some() {
             return Err(format!("bad MAC {s:?}: more than six bytes"));
@@ -228,10 +220,7 @@ impl PartnerConfig {
             return bad("flows must be >= 1".into());
         }
         if u32::from(self.guest_base_port) + self.flows > 65536 {
-            return bad(format!(
-                "guest_base_port {} + flows {} exceeds port 65535",
-                self.guest_base_port, self.flows
-            ));
+            return bad(format!("guest_base_port {} + flows {} exceeds port 65535", self.guest_base_port, self.flows));
         }
         if u32::from(self.partner_base_port) + self.flows > 65536 {
             return bad(format!(
@@ -240,16 +229,10 @@ impl PartnerConfig {
             ));
         }
         if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&self.payload) {
-            return bad(format!(
-                "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes, got {}",
-                self.payload
-            ));
+            return bad(format!("payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes, got {}", self.payload));
         }
         if !self.partner_mac.is_unicast() {
-            return bad(format!(
-                "partner_mac {} must be a unicast address",
-                self.partner_mac
-            ));
+            return bad(format!("partner_mac {} must be a unicast address", self.partner_mac));
         }
         if let Some(m) = self.guest_mac {
             if !m.is_unicast() {
@@ -262,7 +245,9 @@ impl PartnerConfig {
         match self.mode {
             LoopMode::Closed if self.window == 0 => return bad("closed loop needs window >= 1".into()),
             LoopMode::Open if self.rate_pps == 0 => {
-                return bad("open loop needs rate_pps > 0 (0 means \"as fast as the window allows\", closed loop only)".into())
+                return bad(
+                    "open loop needs rate_pps > 0 (0 means \"as fast as the window allows\", closed loop only)".into()
+                )
             }
             LoopMode::Open if self.max_in_flight_per_flow == 0 => {
                 return bad("max_in_flight_per_flow must be >= 1".into())
@@ -270,10 +255,7 @@ impl PartnerConfig {
             _ => {}
         }
         if !self.duration_s.is_finite() || self.duration_s < 0.0 {
-            return bad(format!(
-                "duration_s must be a finite number >= 0, got {}",
-                self.duration_s
-            ));
+            return bad(format!("duration_s must be a finite number >= 0, got {}", self.duration_s));
         }
         if self.loss_timeout_ms == 0 {
             return bad("loss_timeout_ms must be >= 1".into());
@@ -399,8 +381,7 @@ impl Run {
             })
             .collect();
         // 1 µs .. 60 s, 3 significant digits.
-        let rtt = Histogram::new_with_bounds(1, 60_000_000, 3)
-            .expect("static histogram bounds are valid");
+        let rtt = Histogram::new_with_bounds(1, 60_000_000, 3).expect("static histogram bounds are valid");
         Run {
             cfg,
             flows,
@@ -439,10 +420,7 @@ impl Run {
     }
 
     fn in_flight(&self) -> u64 {
-        self.flows
-            .iter()
-            .map(|f| lock(f).inflight.len() as u64)
-            .sum()
+        self.flows.iter().map(|f| lock(f).inflight.len() as u64).sum()
     }
 
     fn wake_sender(&self) {
@@ -497,11 +475,7 @@ impl Inner {
         );
         let Ok(arp) = arp else { return };
         let mut buf = Vec::with_capacity(42);
-        if PacketBuilder::ethernet2(cfg.partner_mac.0, MacAddr::BROADCAST.0)
-            .arp(arp)
-            .write(&mut buf)
-            .is_ok()
-        {
+        if PacketBuilder::ethernet2(cfg.partner_mac.0, MacAddr::BROADCAST.0).arp(arp).write(&mut buf).is_ok() {
             self.arp_sent.fetch_add(1, Relaxed);
             let _ = self.to_guest.to_guest(&buf);
         }
@@ -544,11 +518,7 @@ impl Inner {
                 return;
             };
             let mut buf = Vec::with_capacity(42);
-            if PacketBuilder::ethernet2(cfg.partner_mac.0, smac.0)
-                .arp(reply)
-                .write(&mut buf)
-                .is_ok()
-            {
+            if PacketBuilder::ethernet2(cfg.partner_mac.0, smac.0).arp(reply).write(&mut buf).is_ok() {
                 self.arp_answered.fetch_add(1, Relaxed);
                 let _ = self.to_guest.to_guest(&buf);
             }
@@ -584,10 +554,7 @@ impl Inner {
         let unspecified = src.is_unspecified();
         // DAD probe (source ::): answer to all-nodes, not solicited (RFC 4861 7.2.4).
         let (dst_ip, dst_mac) = if unspecified {
-            (
-                Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1),
-                [0x33, 0x33, 0, 0, 0, 1],
-            )
+            (Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1), [0x33, 0x33, 0, 0, 0, 1])
         } else {
             (src, dst_mac)
         };
@@ -662,14 +629,7 @@ impl Inner {
         }
     }
 
-    fn send_request(
-        &self,
-        run: &Run,
-        i: usize,
-        dst: MacAddr,
-        frame: &mut Vec<u8>,
-        payload: &mut [u8],
-    ) {
+    fn send_request(&self, run: &Run, i: usize, dst: MacAddr, frame: &mut Vec<u8>, payload: &mut [u8]) {
         let cfg = &run.cfg;
         let cap = cfg.in_flight_cap();
         // One clock read per request: its send time, and when it started an RSS series.
@@ -692,19 +652,12 @@ impl Inner {
         frame.clear();
         let built = PacketBuilder::ethernet2(cfg.partner_mac.0, dst.0)
             .ipv4(cfg.partner_ipv4.octets(), cfg.guest_ipv4.octets(), 64)
-            .udp(
-                cfg.partner_base_port.wrapping_add(i as u16),
-                cfg.guest_base_port.wrapping_add(i as u16),
-            )
+            .udp(cfg.partner_base_port.wrapping_add(i as u16), cfg.guest_base_port.wrapping_add(i as u16))
             .write(frame, payload);
         let d = if built.is_ok() {
             self.to_guest.to_guest(frame)
         } else {
-            Delivery {
-                queue: None,
-                delivered: false,
-                filter: None,
-            }
+            Delivery { queue: None, delivered: false, filter: None }
         };
         if let Some(mut f) = run.flow(i) {
             record_delivery(&mut f, d, now);
@@ -743,9 +696,8 @@ fn record_delivery(f: &mut FlowState, d: Delivery, now: Instant) {
 /// The flow's record with `via_rss_only_ms` measured up to `end`.
 fn flow_record(f: &FlowState, end: Instant) -> FlowRecord {
     let mut rec = f.rec.clone();
-    rec.via_rss_only_ms = f
-        .via_rss_since
-        .map(|t| u64::try_from(end.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX));
+    rec.via_rss_only_ms =
+        f.via_rss_since.map(|t| u64::try_from(end.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX));
     rec
 }
 
@@ -799,8 +751,7 @@ fn sender_loop(inner: &Inner, run: &Run) {
         let start = *base.get_or_insert(now);
         let budget = if cfg.rate_pps > 0 {
             let elapsed = now.saturating_duration_since(start).as_nanos();
-            let due = u64::try_from(elapsed * u128::from(cfg.rate_pps) / 1_000_000_000)
-                .unwrap_or(u64::MAX);
+            let due = u64::try_from(elapsed * u128::from(cfg.rate_pps) / 1_000_000_000).unwrap_or(u64::MAX);
             if due.saturating_sub(sent) > max_lag {
                 // Far behind (window-limited or descheduled): do not catch up with a flood.
                 sent = due - max_lag;
@@ -972,28 +923,17 @@ impl LinkPartner {
         let requests: u64 = per_flow.iter().map(|f| f.requests).sum();
         let responses: u64 = per_flow.iter().map(|f| f.responses).sum();
         let not_delivered = per_flow.iter().map(|f| f.not_delivered).sum();
-        let lost = if stopped {
-            requests.saturating_sub(responses)
-        } else {
-            run.dropped.load(Relaxed)
-        };
+        let lost = if stopped { requests.saturating_sub(responses) } else { run.dropped.load(Relaxed) };
         let (p50, p99, max, mean) = {
             let h = lock(&run.rtt);
             if h.is_empty() {
                 (0.0, 0.0, 0.0, 0.0)
             } else {
-                (
-                    h.value_at_quantile(0.5) as f64,
-                    h.value_at_quantile(0.99) as f64,
-                    h.max() as f64,
-                    h.mean(),
-                )
+                (h.value_at_quantile(0.5) as f64, h.value_at_quantile(0.99) as f64, h.max() as f64, h.mean())
             }
         };
         let first = *lock(&run.first_send);
-        let duration_s = first
-            .map(|f| end.saturating_duration_since(f).as_secs_f64())
-            .unwrap_or(0.0);
+        let duration_s = first.map(|f| end.saturating_duration_since(f).as_secs_f64()).unwrap_or(0.0);
         let per_s = |n: u64| {
             if duration_s > 0.0 {
                 n as f64 / duration_s
@@ -1068,16 +1008,9 @@ impl GuestPeer for LinkPartner {
                 }
                 match t {
                     Some(TransportSlice::Udp(u))
-                        if Ipv4Addr::from(h.destination()) == cfg.partner_ipv4
-                            && !ip.payload().fragmented =>
+                        if Ipv4Addr::from(h.destination()) == cfg.partner_ipv4 && !ip.payload().fragmented =>
                     {
-                        inner.handle_udp(
-                            &run,
-                            u.source_port(),
-                            u.destination_port(),
-                            u.payload(),
-                            now,
-                        )
+                        inner.handle_udp(&run, u.source_port(), u.destination_port(), u.payload(), now)
                     }
                     // Port unreachable: a request reached the guest before (or after) its
                     // echo server had the flow's socket.
@@ -1090,8 +1023,7 @@ impl GuestPeer for LinkPartner {
                 }
             }
             (Some(NetSlice::Ipv6(ip)), Some(TransportSlice::Icmpv6(icmp)))
-                if icmp.icmp_type() == Icmpv6Type::NeighborSolicitation
-                    && ip.header().hop_limit() == 255 =>
+                if icmp.icmp_type() == Icmpv6Type::NeighborSolicitation && ip.header().hop_limit() == 255 =>
             {
                 inner.handle_ns(cfg, eth_src, ip.header().source_addr(), icmp.payload())
             }
@@ -1154,10 +1086,7 @@ pub fn request_ids(frame: &[u8]) -> Option<(u32, u32)> {
     if pl.len() < MIN_PAYLOAD || pl[..4] != MAGIC {
         return None;
     }
-    Some((
-        u32::from_be_bytes([pl[4], pl[5], pl[6], pl[7]]),
-        u32::from_be_bytes([pl[8], pl[9], pl[10], pl[11]]),
-    ))
+    Some((u32::from_be_bytes([pl[4], pl[5], pl[6], pl[7]]), u32::from_be_bytes([pl[8], pl[9], pl[10], pl[11]])))
 }
 
 #[cfg(test)]
@@ -1205,43 +1134,19 @@ mod tests {
     fn config_defaults_and_validation() {
         let c = PartnerConfig::default();
         c.validate().unwrap();
-        let c2: PartnerConfig =
-            serde_json::from_str(r#"{"flows": 8, "mode": "open", "rate_pps": 1000}"#).unwrap();
+        let c2: PartnerConfig = serde_json::from_str(r#"{"flows": 8, "mode": "open", "rate_pps": 1000}"#).unwrap();
         assert_eq!(c2.flows, 8);
         assert_eq!(c2.mode, LoopMode::Open);
         assert_eq!(c2.partner_mac, c.partner_mac);
         c2.validate().unwrap();
         let bad = [
-            PartnerConfig {
-                flows: 0,
-                ..c.clone()
-            },
-            PartnerConfig {
-                payload: 15,
-                ..c.clone()
-            },
-            PartnerConfig {
-                payload: 1473,
-                ..c.clone()
-            },
-            PartnerConfig {
-                guest_base_port: 65500,
-                flows: 64,
-                ..c.clone()
-            },
-            PartnerConfig {
-                window: 0,
-                ..c.clone()
-            },
-            PartnerConfig {
-                mode: LoopMode::Open,
-                rate_pps: 0,
-                ..c.clone()
-            },
-            PartnerConfig {
-                duration_s: f64::NAN,
-                ..c.clone()
-            },
+            PartnerConfig { flows: 0, ..c.clone() },
+            PartnerConfig { payload: 15, ..c.clone() },
+            PartnerConfig { payload: 1473, ..c.clone() },
+            PartnerConfig { guest_base_port: 65500, flows: 64, ..c.clone() },
+            PartnerConfig { window: 0, ..c.clone() },
+            PartnerConfig { mode: LoopMode::Open, rate_pps: 0, ..c.clone() },
+            PartnerConfig { duration_s: f64::NAN, ..c.clone() },
         ];
         for b in bad {
             assert!(b.validate().is_err(), "{b:?}");

@@ -60,16 +60,9 @@ pub enum TapError {
     #[error("open {TUN_PATH}: {0} (is the tun module loaded, are we root or CAP_NET_ADMIN?)")]
     Open(std::io::Error),
     #[error("TUNSETIFF {name} (queue {queue}): {source}")]
-    SetIff {
-        name: String,
-        queue: u16,
-        source: std::io::Error,
-    },
+    SetIff { name: String, queue: u16, source: std::io::Error },
     #[error("TUNSETVNETHDRSZ on {name}: {source}")]
-    VnetHdr {
-        name: String,
-        source: std::io::Error,
-    },
+    VnetHdr { name: String, source: std::io::Error },
     #[error("tap reader setup: {0}")]
     Io(#[from] std::io::Error),
     #[error("tap {0} is already started")]
@@ -128,9 +121,7 @@ pub struct TapPeer {
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() < libc::IFNAMSIZ
-        && !name
-            .bytes()
-            .any(|b| b == b'/' || b == 0 || b.is_ascii_whitespace())
+        && !name.bytes().any(|b| b == b'/' || b == 0 || b.is_ascii_whitespace())
         && name != "."
         && name != ".."
 }
@@ -152,22 +143,15 @@ impl TapPeer {
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(TUN_PATH)
                 .map_err(TapError::Open)?;
-            let mut req = IfReqFlags {
-                name: [0; libc::IFNAMSIZ],
-                flags: 0,
-                _pad: [0; 22],
-            };
+            let mut req = IfReqFlags { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
             for (d, s) in req.name.iter_mut().zip(name.bytes()) {
                 *d = s as libc::c_char;
             }
-            req.flags =
-                (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | libc::IFF_MULTI_QUEUE)
-                    as libc::c_short;
+            req.flags = (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | libc::IFF_MULTI_QUEUE) as libc::c_short;
             // SAFETY: `f` is an open /dev/net/tun fd; TUNSETIFF reads (and may write back the
             // name into) a `struct ifreq`, and `req` is a properly sized, initialised
             // `#[repr(C)]` ifreq (16-byte name, flags, padding to 40 bytes) that outlives the call.
-            let r =
-                unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReqFlags) };
+            let r = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETIFF as _, &mut req as *mut IfReqFlags) };
             if r < 0 {
                 return Err(TapError::SetIff {
                     name: name.to_string(),
@@ -178,18 +162,9 @@ impl TapPeer {
             let hdr: libc::c_int = VNET_HDR_LEN as libc::c_int;
             // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer; `hdr` is a live
             // c_int on our stack for the duration of the call.
-            let r = unsafe {
-                libc::ioctl(
-                    f.as_raw_fd(),
-                    TUNSETVNETHDRSZ as _,
-                    &hdr as *const libc::c_int,
-                )
-            };
+            let r = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETVNETHDRSZ as _, &hdr as *const libc::c_int) };
             if r < 0 {
-                return Err(TapError::VnetHdr {
-                    name: name.to_string(),
-                    source: std::io::Error::last_os_error(),
-                });
+                return Err(TapError::VnetHdr { name: name.to_string(), source: std::io::Error::last_os_error() });
             }
             fds.push(Arc::new(f));
         }
@@ -222,16 +197,8 @@ impl TapPeer {
         let wake = EventFd::new(EFD_NONBLOCK)?;
         for (q, f) in self.fds.iter().enumerate() {
             let epoll = Epoll::new()?;
-            epoll.ctl(
-                ControlOperation::Add,
-                f.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, 1),
-            )?;
-            epoll.ctl(
-                ControlOperation::Add,
-                wake.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, 0),
-            )?;
+            epoll.ctl(ControlOperation::Add, f.as_raw_fd(), EpollEvent::new(EventSet::IN, 1))?;
+            epoll.ctl(ControlOperation::Add, wake.as_raw_fd(), EpollEvent::new(EventSet::IN, 0))?;
             let r = Reader {
                 fd: f.clone(),
                 queue: q,
@@ -241,9 +208,7 @@ impl TapPeer {
                 reads: self.per_queue_reads.clone(),
                 stop: self.stop.clone(),
             };
-            let h = std::thread::Builder::new()
-                .name(format!("tap-rx{q}"))
-                .spawn(move || r.run());
+            let h = std::thread::Builder::new().name(format!("tap-rx{q}")).spawn(move || r.run());
             match h {
                 Ok(h) => readers.push(h),
                 Err(e) => {
@@ -268,12 +233,7 @@ impl TapPeer {
         if let Some(w) = &wake {
             let _ = w.write(1);
         }
-        let hs: Vec<_> = self
-            .readers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect();
+        let hs: Vec<_> = self.readers.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for h in hs {
             let _ = h.join();
         }
@@ -293,11 +253,7 @@ impl TapPeer {
             from_guest_frames: c.from_guest_frames.load(Relaxed),
             from_guest_bytes: c.from_guest_bytes.load(Relaxed),
             write_errors: c.write_errors.load(Relaxed),
-            per_queue_reads: self
-                .per_queue_reads
-                .iter()
-                .map(|a| a.load(Relaxed))
-                .collect(),
+            per_queue_reads: self.per_queue_reads.iter().map(|a| a.load(Relaxed)).collect(),
         }
     }
 }
@@ -322,9 +278,7 @@ impl GuestPeer for TapPeer {
         match (&**f).write_vectored(&[IoSlice::new(&hdr), IoSlice::new(frame)]) {
             Ok(n) if n == want => {
                 self.counters.from_guest_frames.fetch_add(1, Relaxed);
-                self.counters
-                    .from_guest_bytes
-                    .fetch_add(frame.len() as u64, Relaxed);
+                self.counters.from_guest_bytes.fetch_add(frame.len() as u64, Relaxed);
             }
             _ => {
                 self.counters.write_errors.fetch_add(1, Relaxed);
@@ -404,9 +358,7 @@ impl Reader {
             self.counters.csum_completed.fetch_add(1, Relaxed);
         }
         self.counters.to_guest_frames.fetch_add(1, Relaxed);
-        self.counters
-            .to_guest_bytes
-            .fetch_add(frame.len() as u64, Relaxed);
+        self.counters.to_guest_bytes.fetch_add(frame.len() as u64, Relaxed);
         let d = self.to_guest.to_guest(frame);
         if !d.delivered {
             self.counters.to_guest_dropped.fetch_add(1, Relaxed);
@@ -463,10 +415,7 @@ mod tests {
         assert!(!complete_checksum(&mut f, usize::MAX, 2));
         assert!(complete_checksum(&mut f, 10, 8));
         // Sum over [10..20] with the checksum field included must now be 0xffff.
-        let mut s: u32 = f[10..]
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
+        let mut s: u32 = f[10..].chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
         while s > 0xffff {
             s = (s & 0xffff) + (s >> 16);
         }

@@ -126,11 +126,7 @@ impl Device {
         for _ in 0..threads {
             let epoll = Epoll::new()?;
             let exit = EventFd::new(libc::EFD_NONBLOCK)?;
-            epoll.ctl(
-                ControlOperation::Add,
-                exit.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, 0),
-            )?;
+            epoll.ctl(ControlOperation::Add, exit.as_raw_fd(), EpollEvent::new(EventSet::IN, 0))?;
             workers.push(WorkerCtl { epoll, exit });
         }
         Ok(Device {
@@ -142,10 +138,7 @@ impl Device {
             mem: RwLock::new(None),
             acked: AtomicU64::new(0),
             counters: (0..pairs).map(|_| PairCountersAtomic::default()).collect(),
-            link: Mutex::new(LinkState {
-                up: false,
-                pair_on: vec![false; usize::from(pairs)],
-            }),
+            link: Mutex::new(LinkState { up: false, pair_on: vec![false; usize::from(pairs)] }),
             connections: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             early_enables: AtomicU64::new(0),
@@ -236,19 +229,12 @@ impl Device {
     pub fn replace_kick(&self, idx: usize, st: &mut VringState, kick: Option<File>) {
         let ep = &self.workers[self.worker_of(idx)].epoll;
         if let Some(old) = st.kick.take() {
-            let _ = ep.ctl(
-                ControlOperation::Delete,
-                old.as_raw_fd(),
-                EpollEvent::default(),
-            );
+            let _ = ep.ctl(ControlOperation::Delete, old.as_raw_fd(), EpollEvent::default());
         }
         if let Some(f) = kick {
             set_nonblocking(&f);
-            if let Err(e) = ep.ctl(
-                ControlOperation::Add,
-                f.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, idx as u64 + 1),
-            ) {
+            if let Err(e) = ep.ctl(ControlOperation::Add, f.as_raw_fd(), EpollEvent::new(EventSet::IN, idx as u64 + 1))
+            {
                 log::warn!("vhost: vring {idx}: cannot poll kick fd: {e}");
             }
             st.kick = Some(f);
@@ -345,11 +331,7 @@ impl Device {
         let hdr_len = self.hdr_len();
         let need = (hdr_len + frame.len()) as u64;
         let pending = ring.pending(&mem).map_err(|e| self.desc_error(pair, e))?;
-        let max_bufs = if mrg {
-            pending.min(MAX_RX_BUFFERS)
-        } else {
-            pending.min(1)
-        };
+        let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
 
         st.segs.clear();
         st.chains.clear();
@@ -384,11 +366,7 @@ impl Device {
             }
         }
         if cap < need {
-            return Err(if !mrg && pending > 0 {
-                RxError::TooLarge
-            } else {
-                RxError::NoBuffers
-            });
+            return Err(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers });
         }
 
         // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
@@ -500,9 +478,7 @@ impl Device {
                 };
                 st.segs.clear();
                 match ring.walk(&mem, head, false, &mut st.segs) {
-                    Ok(total)
-                        if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len =>
-                    {
+                    Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
                         c.tx_errors.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(total) => {
@@ -511,10 +487,7 @@ impl Device {
                         let mut ok = true;
                         for s in &st.segs {
                             let l = s.len as usize;
-                            if mem
-                                .read_slice(&mut buf[pos..pos + l], GuestAddress(s.addr))
-                                .is_err()
-                            {
+                            if mem.read_slice(&mut buf[pos..pos + l], GuestAddress(s.addr)).is_err() {
                                 ok = false;
                                 break;
                             }

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vhost::vhost_user::message::{
-    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight,
-    VhostUserLog, VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig,
-    VhostUserSharedMsg, VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserConfigFlags, VhostUserInflight, VhostUserLog,
+    VhostUserMemoryRegion, VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserSharedMsg,
+    VhostUserSingleMemoryRegion, VhostUserVringAddrFlags, VhostUserVringState,
 };
 use vhost::vhost_user::{
-    BackendReqHandler, Error as VuError, GpuBackend, Result as VuResult,
-    VhostUserBackendReqHandler, VhostUserVirtioFeatures,
+    BackendReqHandler, Error as VuError, GpuBackend, Result as VuResult, VhostUserBackendReqHandler,
+    VhostUserVirtioFeatures,
 };
 use vhost::VhostUserMemoryRegionBase;
 use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap};
@@ -56,10 +56,7 @@ fn herr(msg: &str) -> VuError {
 
 impl NetHandler {
     pub fn new(dev: Arc<Device>) -> Self {
-        NetHandler {
-            dev,
-            conn: Mutex::new(ConnState::default()),
-        }
+        NetHandler { dev, conn: Mutex::new(ConnState::default()) }
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, ConnState> {
@@ -82,17 +79,11 @@ impl NetHandler {
     }
 
     fn va_to_gpa(&self, va: u64) -> Option<u64> {
-        self.conn()
-            .mappings
-            .iter()
-            .find(|&&(u, s, _)| va >= u && va - u < s)
-            .map(|&(u, _, g)| va - u + g)
+        self.conn().mappings.iter().find(|&&(u, s, _)| va >= u && va - u < s).map(|&(u, _, g)| va - u + g)
     }
 
     fn protocol_features_acked(&self) -> bool {
-        self.conn()
-            .acked_features
-            .is_some_and(|f| f & features::PROTOCOL_FEATURES != 0)
+        self.conn().acked_features.is_some_and(|f| f & features::PROTOCOL_FEATURES != 0)
     }
 
     /// Applies a SET_VRING_ENABLE (also the early one the crate refuses).
@@ -189,11 +180,8 @@ impl VhostUserBackendReqHandler for NetHandler {
         _log: u64,
     ) -> VuResult<()> {
         let i = self.vring_index(index)?;
-        let (Some(d), Some(u), Some(a)) = (
-            self.va_to_gpa(descriptor),
-            self.va_to_gpa(used),
-            self.va_to_gpa(available),
-        ) else {
+        let (Some(d), Some(u), Some(a)) = (self.va_to_gpa(descriptor), self.va_to_gpa(used), self.va_to_gpa(available))
+        else {
             return self.fail(herr("vring address not in the memory table"));
         };
         let mut st = self.dev.lock_vring(i);
@@ -271,15 +259,11 @@ impl VhostUserBackendReqHandler for NetHandler {
     }
 
     fn get_config(&self, _o: u32, _s: u32, _f: VhostUserConfigFlags) -> VuResult<Vec<u8>> {
-        self.fail(VuError::InvalidOperation(
-            "config space is owned by the frontend",
-        ))
+        self.fail(VuError::InvalidOperation("config space is owned by the frontend"))
     }
 
     fn set_config(&self, _o: u32, _b: &[u8], _f: VhostUserConfigFlags) -> VuResult<()> {
-        self.fail(VuError::InvalidOperation(
-            "config space is owned by the frontend",
-        ))
+        self.fail(VuError::InvalidOperation("config space is owned by the frontend"))
     }
 
     fn set_gpu_socket(&self, _g: GpuBackend) -> VuResult<()> {
@@ -353,12 +337,7 @@ fn peek_set_vring_enable(sock: &UnixStream) -> Option<EarlyEnable> {
         // SAFETY: recv(2) with MSG_PEEK into a stack buffer of exactly `buf.len()` bytes;
         // the fd is kept open by `sock`. std's UnixStream::peek is not stable.
         let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
+            libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK | libc::MSG_DONTWAIT)
         };
         if n < 4 {
             return None;
@@ -406,11 +385,7 @@ pub(crate) enum ConnEnd {
 }
 
 /// Serves one connected frontend until it disconnects, errs, or `stop` is set.
-pub(crate) fn serve_connection(
-    dev: &Arc<Device>,
-    stream: UnixStream,
-    stop: &AtomicBool,
-) -> ConnEnd {
+pub(crate) fn serve_connection(dev: &Arc<Device>, stream: UnixStream, stop: &AtomicBool) -> ConnEnd {
     let handler = Arc::new(NetHandler::new(dev.clone()));
     let Ok(peek_sock) = stream.try_clone() else {
         return ConnEnd::Error(herr("cannot clone connection"));
@@ -420,11 +395,7 @@ pub(crate) fn serve_connection(
         Ok(p) => p,
         Err(e) => return ConnEnd::Error(herr(&format!("epoll: {e}"))),
     };
-    if let Err(e) = poll.ctl(
-        ControlOperation::Add,
-        peek_sock.as_raw_fd(),
-        EpollEvent::new(EventSet::IN, 1),
-    ) {
+    if let Err(e) = poll.ctl(ControlOperation::Add, peek_sock.as_raw_fd(), EpollEvent::new(EventSet::IN, 1)) {
         return ConnEnd::Error(herr(&format!("epoll add: {e}")));
     }
     let mut events = [EpollEvent::default(); 1];
@@ -436,11 +407,7 @@ pub(crate) fn serve_connection(
             Ok(0) | Err(_) => continue,
             Ok(_) => {}
         }
-        let early = if handler.protocol_features_acked() {
-            None
-        } else {
-            peek_set_vring_enable(&peek_sock)
-        };
+        let early = if handler.protocol_features_acked() { None } else { peek_set_vring_enable(&peek_sock) };
         handler.conn().handler_error = false;
         match req.handle_request() {
             Ok(()) => {}
@@ -464,20 +431,14 @@ pub(crate) fn serve_connection(
                     e.index,
                     e.num
                 );
-                let reply_ack = handler.conn().acked_protocol
-                    & VhostUserProtocolFeatures::REPLY_ACK.bits()
-                    != 0;
+                let reply_ack = handler.conn().acked_protocol & VhostUserProtocolFeatures::REPLY_ACK.bits() != 0;
                 if e.need_reply && reply_ack {
-                    if let Err(err) =
-                        send_u64_reply(&peek_sock, REQ_SET_VRING_ENABLE, u64::from(!ok))
-                    {
+                    if let Err(err) = send_u64_reply(&peek_sock, REQ_SET_VRING_ENABLE, u64::from(!ok)) {
                         return ConnEnd::Error(VuError::SocketError(err));
                     }
                 }
             }
-            Err(VuError::Disconnected) | Err(VuError::PartialMessage) => {
-                return ConnEnd::Disconnected
-            }
+            Err(VuError::Disconnected) | Err(VuError::PartialMessage) => return ConnEnd::Disconnected,
             Err(VuError::SocketBroken(_)) => return ConnEnd::Disconnected,
             Err(e) if handler.conn().handler_error => {
                 // Our handler refused the request; the crate has already NACKed it if the

@@ -83,8 +83,7 @@ pub mod features {
     pub const PROTOCOL_FEATURES: u64 = 1 << 30;
     pub const VERSION_1: u64 = 1 << 32;
     /// Everything we offer.
-    pub const OFFERED: u64 =
-        VERSION_1 | MQ | MRG_RXBUF | EVENT_IDX | INDIRECT_DESC | PROTOCOL_FEATURES;
+    pub const OFFERED: u64 = VERSION_1 | MQ | MRG_RXBUF | EVENT_IDX | INDIRECT_DESC | PROTOCOL_FEATURES;
 }
 
 /// Implemented by the upper layers (NIC model + traffic). Called from the backend's threads.
@@ -143,9 +142,7 @@ impl RxPort {
     }
     /// Per pair: enabled by the guest (both vrings).
     pub fn enabled_pairs(&self) -> Vec<bool> {
-        (0..self.dev.pairs)
-            .map(|p| self.dev.pair_enabled(p))
-            .collect()
+        (0..self.dev.pairs).map(|p| self.dev.pair_enabled(p)).collect()
     }
     /// Whether the link is up (see `DeviceHooks::on_link`).
     pub fn link_up(&self) -> bool {
@@ -155,9 +152,7 @@ impl RxPort {
 
 impl fmt::Debug for RxPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RxPort")
-            .field("pairs", &self.dev.pairs)
-            .finish()
+        f.debug_struct("RxPort").field("pairs", &self.dev.pairs).finish()
     }
 }
 
@@ -213,12 +208,7 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     pub fn new(socket: impl Into<PathBuf>, pairs: u16) -> Self {
-        ServeConfig {
-            socket: socket.into(),
-            pairs,
-            threads: None,
-            mac: None,
-        }
+        ServeConfig { socket: socket.into(), pairs, threads: None, mac: None }
     }
 }
 
@@ -228,10 +218,7 @@ pub enum VhostError {
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("socket {path}: {source}")]
-    Socket {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Socket { path: PathBuf, source: std::io::Error },
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -248,10 +235,7 @@ impl Backend {
     /// Binds the socket and starts the worker threads. Frontends are served by `serve`.
     pub fn new(cfg: ServeConfig, hooks: Arc<dyn DeviceHooks>) -> Result<Self, VhostError> {
         if cfg.pairs == 0 || cfg.pairs > 128 {
-            return Err(VhostError::Config(format!(
-                "pairs must be 1..=128, got {}",
-                cfg.pairs
-            )));
+            return Err(VhostError::Config(format!("pairs must be 1..=128, got {}", cfg.pairs)));
         }
         let threads = cfg.threads.unwrap_or(usize::from(cfg.pairs));
         if threads == 0 {
@@ -261,34 +245,21 @@ impl Backend {
         if cfg.socket.exists() {
             let _ = std::fs::remove_file(&cfg.socket);
         }
-        let listener = UnixListener::bind(&cfg.socket).map_err(|source| VhostError::Socket {
-            path: cfg.socket.clone(),
-            source,
-        })?;
+        let listener = UnixListener::bind(&cfg.socket)
+            .map_err(|source| VhostError::Socket { path: cfg.socket.clone(), source })?;
         listener.set_nonblocking(true)?;
         let dev = Arc::new(Device::new(cfg.pairs, threads, hooks)?);
         let mut workers = Vec::with_capacity(threads);
         for t in 0..threads {
             let d = dev.clone();
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("vhost-w{t}"))
-                    .spawn(move || worker_loop(&d, t))?,
-            );
+            workers.push(std::thread::Builder::new().name(format!("vhost-w{t}")).spawn(move || worker_loop(&d, t))?);
         }
-        Ok(Backend {
-            dev,
-            cfg,
-            listener,
-            workers,
-        })
+        Ok(Backend { dev, cfg, listener, workers })
     }
 
     /// Handle for putting frames into RX queues (usable before a frontend connects).
     pub fn rx_port(&self) -> RxPort {
-        RxPort {
-            dev: self.dev.clone(),
-        }
+        RxPort { dev: self.dev.clone() }
     }
 
     pub fn config(&self) -> &ServeConfig {
@@ -363,10 +334,8 @@ fn worker_loop(dev: &Arc<Device>, t: usize) {
     let ctl = &dev.workers[t];
     let mut events = vec![EpollEvent::default(); 2 * usize::from(dev.pairs) + 1];
     let mut buf = vec![0u8; MAX_FRAME + 12];
-    let my_tx: Vec<usize> = (0..usize::from(dev.pairs))
-        .filter(|p| p % dev.workers.len() == t)
-        .map(|p| 2 * p + 1)
-        .collect();
+    let my_tx: Vec<usize> =
+        (0..usize::from(dev.pairs)).filter(|p| p % dev.workers.len() == t).map(|p| 2 * p + 1).collect();
     while !dev.stop.load(Ordering::Acquire) {
         let n = ctl.epoll.wait(100, &mut events).unwrap_or(0);
         for ev in &events[..n] {

@@ -76,17 +76,10 @@ impl RingAddrs {
         if self.size == 0 || !self.size.is_power_of_two() || self.size > MAX_QUEUE_SIZE {
             return false;
         }
-        if !self.desc.is_multiple_of(16)
-            || !self.avail.is_multiple_of(2)
-            || !self.used.is_multiple_of(4)
-        {
+        if !self.desc.is_multiple_of(16) || !self.avail.is_multiple_of(2) || !self.used.is_multiple_of(4) {
             return false;
         }
-        let areas = [
-            (self.desc, 16 * size),
-            (self.avail, 6 + 2 * size),
-            (self.used, 6 + 8 * size),
-        ];
+        let areas = [(self.desc, 16 * size), (self.avail, 6 + 2 * size), (self.used, 6 + 8 * size)];
         areas.iter().all(|&(a, l)| range_ok(mem, a, l))
     }
 }
@@ -112,43 +105,24 @@ pub struct SplitRing {
 }
 
 fn add(a: u64, b: u64) -> Result<GuestAddress, RingError> {
-    a.checked_add(b)
-        .map(GuestAddress)
-        .ok_or(RingError::BadAddress)
+    a.checked_add(b).map(GuestAddress).ok_or(RingError::BadAddress)
 }
 
 impl SplitRing {
     /// Starts a ring at `next_avail = base`; `next_used` is taken from the used ring in memory
     /// (after a stop/start without a device reset the driver's view of `used.idx` is the truth).
-    pub fn start(
-        mem: &GuestMemoryMmap,
-        addrs: RingAddrs,
-        base: u16,
-        event_idx: bool,
-    ) -> Result<Self, RingError> {
-        let used_idx: u16 = mem
-            .load(add(addrs.used, 2)?, Ordering::Acquire)
-            .map_err(|_| RingError::Memory)?;
-        Ok(SplitRing {
-            addrs,
-            next_avail: Wrapping(base),
-            next_used: Wrapping(u16::from_le(used_idx)),
-            event_idx,
-        })
+    pub fn start(mem: &GuestMemoryMmap, addrs: RingAddrs, base: u16, event_idx: bool) -> Result<Self, RingError> {
+        let used_idx: u16 = mem.load(add(addrs.used, 2)?, Ordering::Acquire).map_err(|_| RingError::Memory)?;
+        Ok(SplitRing { addrs, next_avail: Wrapping(base), next_used: Wrapping(u16::from_le(used_idx)), event_idx })
     }
 
     /// Number of chains the driver made available and we have not consumed yet.
     pub fn pending(&self, mem: &GuestMemoryMmap) -> Result<u16, RingError> {
-        let idx: u16 = mem
-            .load(add(self.addrs.avail, 2)?, Ordering::Acquire)
-            .map_err(|_| RingError::Memory)?;
+        let idx: u16 = mem.load(add(self.addrs.avail, 2)?, Ordering::Acquire).map_err(|_| RingError::Memory)?;
         let idx = u16::from_le(idx);
         let n = (Wrapping(idx) - self.next_avail).0;
         if n > self.addrs.size {
-            return Err(RingError::BadAvailIdx {
-                avail: idx,
-                next: self.next_avail.0,
-            });
+            return Err(RingError::BadAvailIdx { avail: idx, next: self.next_avail.0 });
         }
         Ok(n)
     }
@@ -156,9 +130,8 @@ impl SplitRing {
     /// Head descriptor index of the `k`-th unconsumed avail entry (`k < pending`).
     pub fn head(&self, mem: &GuestMemoryMmap, k: u16) -> Result<u16, RingError> {
         let slot = u64::from((self.next_avail + Wrapping(k)).0 % self.addrs.size);
-        let v: u16 = mem
-            .load(add(self.addrs.avail, 4 + 2 * slot)?, Ordering::Relaxed)
-            .map_err(|_| RingError::Memory)?;
+        let v: u16 =
+            mem.load(add(self.addrs.avail, 4 + 2 * slot)?, Ordering::Relaxed).map_err(|_| RingError::Memory)?;
         let head = u16::from_le(v);
         if head >= self.addrs.size {
             return Err(RingError::BadHead(head));
@@ -169,13 +142,7 @@ impl SplitRing {
     /// Walks the chain starting at `head`, appending its data segments to `out`. All segments
     /// must have the direction `writable`; their ranges are checked against guest memory.
     /// Returns the total byte length (bounded by `MAX_CHAIN_SEGMENTS * u32::MAX`).
-    pub fn walk(
-        &self,
-        mem: &GuestMemoryMmap,
-        head: u16,
-        writable: bool,
-        out: &mut Vec<Seg>,
-    ) -> Result<u64, RingError> {
+    pub fn walk(&self, mem: &GuestMemoryMmap, head: u16, writable: bool, out: &mut Vec<Seg>) -> Result<u64, RingError> {
         let mut table = self.addrs.desc;
         let mut table_len = u32::from(self.addrs.size);
         let mut idx = u32::from(head);
@@ -192,8 +159,7 @@ impl SplitRing {
                 return Err(RingError::BadNext(idx as u16));
             }
             let mut raw = [0u8; 16];
-            mem.read_slice(&mut raw, add(table, 16 * u64::from(idx))?)
-                .map_err(|_| RingError::Memory)?;
+            mem.read_slice(&mut raw, add(table, 16 * u64::from(idx))?).map_err(|_| RingError::Memory)?;
             let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap_or_default());
             let len = u32::from_le_bytes(raw[8..12].try_into().unwrap_or_default());
             let flags = u16::from_le_bytes([raw[12], raw[13]]);
@@ -237,11 +203,7 @@ impl SplitRing {
 
     /// Writes the used elements and then publishes them all with one release store of
     /// `used.idx`.
-    pub fn publish_used(
-        &mut self,
-        mem: &GuestMemoryMmap,
-        elems: &[(u16, u32)],
-    ) -> Result<(), RingError> {
+    pub fn publish_used(&mut self, mem: &GuestMemoryMmap, elems: &[(u16, u32)]) -> Result<(), RingError> {
         if elems.is_empty() {
             return Ok(());
         }
@@ -252,16 +214,10 @@ impl SplitRing {
             let mut raw = [0u8; 8];
             raw[..4].copy_from_slice(&u32::from(id).to_le_bytes());
             raw[4..].copy_from_slice(&len.to_le_bytes());
-            mem.write_slice(&raw, add(self.addrs.used, 4 + 8 * slot)?)
-                .map_err(|_| RingError::Memory)?;
+            mem.write_slice(&raw, add(self.addrs.used, 4 + 8 * slot)?).map_err(|_| RingError::Memory)?;
             pos += Wrapping(1);
         }
-        mem.store(
-            u16::to_le(pos.0),
-            add(self.addrs.used, 2)?,
-            Ordering::Release,
-        )
-        .map_err(|_| RingError::Memory)?;
+        mem.store(u16::to_le(pos.0), add(self.addrs.used, 2)?, Ordering::Release).map_err(|_| RingError::Memory)?;
         self.next_used = pos;
         Ok(())
     }
@@ -295,15 +251,10 @@ impl SplitRing {
     pub fn enable_notification(&self, mem: &GuestMemoryMmap) -> Result<bool, RingError> {
         let size = u64::from(self.addrs.size);
         if self.event_idx {
-            mem.store(
-                u16::to_le(self.next_avail.0),
-                add(self.addrs.used, 4 + 8 * size)?,
-                Ordering::Relaxed,
-            )
-            .map_err(|_| RingError::Memory)?;
-        } else {
-            mem.store(0u16, GuestAddress(self.addrs.used), Ordering::Relaxed)
+            mem.store(u16::to_le(self.next_avail.0), add(self.addrs.used, 4 + 8 * size)?, Ordering::Relaxed)
                 .map_err(|_| RingError::Memory)?;
+        } else {
+            mem.store(0u16, GuestAddress(self.addrs.used), Ordering::Relaxed).map_err(|_| RingError::Memory)?;
         }
         fence(Ordering::SeqCst);
         Ok(self.pending(mem)? != 0)
@@ -312,11 +263,7 @@ impl SplitRing {
     /// Asks the driver not to kick (only meaningful without EVENT_IDX).
     pub fn disable_notification(&self, mem: &GuestMemoryMmap) {
         if !self.event_idx {
-            let _ = mem.store(
-                u16::to_le(USED_F_NO_NOTIFY),
-                GuestAddress(self.addrs.used),
-                Ordering::Relaxed,
-            );
+            let _ = mem.store(u16::to_le(USED_F_NO_NOTIFY), GuestAddress(self.addrs.used), Ordering::Relaxed);
         }
     }
 }

@@ -101,10 +101,9 @@ impl GuestMem {
     pub fn new(size: u64) -> io::Result<Self> {
         let file = memfd(size)?;
         let len = usize::try_from(size).map_err(io::Error::other)?;
-        let region = MmapRegion::<()>::from_file(FileOffset::new(file.try_clone()?, 0), len)
-            .map_err(io::Error::other)?;
-        let region = GuestRegionMmap::new(region, GuestAddress(0))
-            .ok_or_else(|| io::Error::other("guest region"))?;
+        let region =
+            MmapRegion::<()>::from_file(FileOffset::new(file.try_clone()?, 0), len).map_err(io::Error::other)?;
+        let region = GuestRegionMmap::new(region, GuestAddress(0)).ok_or_else(|| io::Error::other("guest region"))?;
         let mem = GuestMemoryMmap::from_regions(vec![region]).map_err(io::Error::other)?;
         Ok(GuestMem { file, mem, size })
     }
@@ -125,16 +124,12 @@ impl GuestMem {
 
     /// Writes `data` at guest physical `addr`. Panics outside guest memory.
     pub fn write(&self, data: &[u8], addr: u64) {
-        self.mem
-            .write_slice(data, GuestAddress(addr))
-            .unwrap_or_else(|e| panic!("harness write at {addr:#x}: {e}"));
+        self.mem.write_slice(data, GuestAddress(addr)).unwrap_or_else(|e| panic!("harness write at {addr:#x}: {e}"));
     }
 
     /// Reads `out.len()` bytes at guest physical `addr`. Panics outside guest memory.
     pub fn read(&self, out: &mut [u8], addr: u64) {
-        self.mem
-            .read_slice(out, GuestAddress(addr))
-            .unwrap_or_else(|e| panic!("harness read at {addr:#x}: {e}"));
+        self.mem.read_slice(out, GuestAddress(addr)).unwrap_or_else(|e| panic!("harness read at {addr:#x}: {e}"));
     }
 }
 
@@ -253,11 +248,7 @@ impl DrvRing {
     /// Publishes every slot filled so far with one release store of `avail.idx`.
     pub fn flush_avail(&self, g: &GuestMem) {
         g.mem
-            .store(
-                self.avail_idx.to_le(),
-                GuestAddress(self.avail + 2),
-                Ordering::Release,
-            )
+            .store(self.avail_idx.to_le(), GuestAddress(self.avail + 2), Ordering::Release)
             .unwrap_or_else(|e| panic!("harness avail idx store: {e}"));
     }
 
@@ -315,10 +306,7 @@ impl DrvRing {
     /// EVENT_IDX: asks for an interrupt at the next used element (`used_event = last_used`),
     /// as virtio_net does when NAPI completes (`virtqueue_enable_cb_prepare`).
     pub fn arm_interrupt(&self, g: &GuestMem) {
-        g.write(
-            &self.last_used.to_le_bytes(),
-            self.avail + 4 + 2 * u64::from(self.size),
-        );
+        g.write(&self.last_used.to_le_bytes(), self.avail + 4 + 2 * u64::from(self.size));
     }
 }
 
@@ -355,9 +343,7 @@ impl Vrings {
     /// Fresh eventfds and rings (standard layout, `size` entries) for `pairs` queue pairs.
     pub fn new(pairs: u16, size: u16) -> io::Result<Self> {
         let nv = 2 * usize::from(pairs);
-        let efds = || -> io::Result<Vec<EventFd>> {
-            (0..nv).map(|_| EventFd::new(libc::EFD_NONBLOCK)).collect()
-        };
+        let efds = || -> io::Result<Vec<EventFd>> { (0..nv).map(|_| EventFd::new(libc::EFD_NONBLOCK)).collect() };
         Ok(Vrings {
             kicks: efds()?,
             calls: efds()?,
@@ -376,10 +362,7 @@ impl Frontend {
             match UnixStream::connect(path) {
                 Ok(sock) => {
                     sock.set_read_timeout(Some(Duration::from_secs(5)))?;
-                    return Ok(Frontend {
-                        sock,
-                        reply_ack: false,
-                    });
+                    return Ok(Frontend { sock, reply_ack: false });
                 }
                 Err(_) if t.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
                 Err(e) => return Err(e),
@@ -394,11 +377,10 @@ impl Frontend {
         msg.extend_from_slice(&(0x1 | flags).to_le_bytes());
         msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
         msg.extend_from_slice(body);
-        let n = self.sock.send_with_fds(&[&msg[..]], fds).map_err(|e| {
-            io::Error::other(format!(
-                "send request {code}: back-end dropped the connection? {e}"
-            ))
-        })?;
+        let n = self
+            .sock
+            .send_with_fds(&[&msg[..]], fds)
+            .map_err(|e| io::Error::other(format!("send request {code}: back-end dropped the connection? {e}")))?;
         if n != msg.len() {
             return Err(proto_err(format!("request {code}: short send {n}")));
         }
@@ -407,21 +389,15 @@ impl Frontend {
 
     /// Reads the reply to `code` and returns its body.
     pub fn recv_reply(&self, code: u32) -> io::Result<Vec<u8>> {
-        let ctx = |e: io::Error| {
-            io::Error::new(
-                e.kind(),
-                format!("reply to {code}: back-end dropped the connection? {e}"),
-            )
-        };
+        let ctx =
+            |e: io::Error| io::Error::new(e.kind(), format!("reply to {code}: back-end dropped the connection? {e}"));
         let mut hdr = [0u8; 12];
         (&self.sock).read_exact(&mut hdr).map_err(ctx)?;
         let rcode = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
         let flags = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
         let size = u32::from_le_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]) as usize;
         if rcode != code || flags & 0x4 == 0 || size > 4096 {
-            return Err(proto_err(format!(
-                "reply to {code}: got code {rcode} flags {flags:#x} size {size}"
-            )));
+            return Err(proto_err(format!("reply to {code}: got code {rcode} flags {flags:#x} size {size}")));
         }
         let mut body = vec![0u8; size];
         (&self.sock).read_exact(&mut body).map_err(ctx)?;
@@ -473,13 +449,7 @@ impl Frontend {
     /// (standard layout, see [`DrvRing::for_vring`]) and returns the driver's rings.
     /// `first`: a new connection (QEMU start); otherwise a guest reboot on the same
     /// connection, where QEMU goes straight to the early SET_VRING_ENABLE and DRIVER_OK.
-    pub fn qemu_startup(
-        &mut self,
-        g: &GuestMem,
-        pairs: u16,
-        qsize: u16,
-        first: bool,
-    ) -> io::Result<Vrings> {
+    pub fn qemu_startup(&mut self, g: &GuestMem, pairs: u16, qsize: u16, first: bool) -> io::Result<Vrings> {
         let v = Vrings::new(pairs, qsize)?;
         if DrvRing::layout_end(v.rings.len(), qsize) > g.size() {
             return Err(io::Error::other("guest memory too small for the rings"));
@@ -496,25 +466,18 @@ impl Frontend {
     pub fn qemu_connect_sequence(&mut self, v: &Vrings, pairs: u16) -> io::Result<()> {
         let f = self.get_u64(req::GET_FEATURES)?;
         if f != features::OFFERED {
-            return Err(proto_err(format!(
-                "offered features {f:#x}, expected {:#x}",
-                features::OFFERED
-            )));
+            return Err(proto_err(format!("offered features {f:#x}, expected {:#x}", features::OFFERED)));
         }
         let pf = self.get_u64(req::GET_PROTOCOL_FEATURES)?;
         if pf & (PROTO_MQ | PROTO_REPLY_ACK) != PROTO_MQ | PROTO_REPLY_ACK {
-            return Err(proto_err(format!(
-                "protocol features {pf:#x} lack MQ/REPLY_ACK"
-            )));
+            return Err(proto_err(format!("protocol features {pf:#x} lack MQ/REPLY_ACK")));
         }
         let proto = PROTO_MQ | PROTO_REPLY_ACK;
         self.req(req::SET_PROTOCOL_FEATURES, &proto.to_le_bytes(), &[], false)?;
         self.reply_ack = true;
         let qn = self.get_u64(req::GET_QUEUE_NUM)?;
         if qn != u64::from(pairs) {
-            return Err(proto_err(format!(
-                "GET_QUEUE_NUM must be pairs: got {qn}, expected {pairs}"
-            )));
+            return Err(proto_err(format!("GET_QUEUE_NUM must be pairs: got {qn}, expected {pairs}")));
         }
         self.req(req::SET_OWNER, &[], &[], false)?;
         for i in 0..v.rings.len() {
