@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arfsnic::clock::Clock;
+use arfsnic::device::clock::Clock;
 use arfsnic::device::EmulatedNic;
 use arfsnic::model::filter::Action;
 use arfsnic::model::nic::Nic;
@@ -104,7 +104,7 @@ impl Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let sock = dir.path().join("loopback.sock");
         let backend = Arc::new(Backend::new(ServeConfig::new(&sock, PAIRS), emu.clone()).expect("backend"));
-        emu.attach_rx(backend.rx_port());
+        emu.attach_rx(Arc::new(backend.rx_port()));
         let rx = backend.rx_port();
         let stop = Arc::new(AtomicBool::new(false));
         let (b, s) = (backend.clone(), stop.clone());

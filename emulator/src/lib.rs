@@ -7,8 +7,6 @@
 
 pub mod baseline;
 pub mod cli;
-pub mod clock;
-pub mod control;
 pub mod demo;
 pub mod device;
 pub mod model;

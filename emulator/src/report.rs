@@ -1,6 +1,6 @@
 //! Reports: the human-readable table printed after a run (the JSON is the record).
 
-use crate::control::RuleView;
+use crate::device::snapshot::RuleView;
 use crate::traffic::partner::LinkStats;
 use serde::Serialize;
 use serde_json::Value;

@@ -1,8 +1,8 @@
 //! The control-plane runtime driven through real encoded request frames, with a sink that
 //! captures the device's frames (queue pair, wall-clock arrival, bytes).
 
-use arfsnic::clock::Clock;
-use arfsnic::control::{ControlRuntime, ControlSink, Schedule};
+use arfsnic::device::clock::Clock;
+use arfsnic::device::control::{ControlRuntime, ControlSink, Schedule};
 use arfsnic::device::{ControlPlane, EmulatedNic};
 use arfsnic::model::engine::Fault;
 use arfsnic::model::filter::FilterTable;

@@ -2,8 +2,8 @@
 //! pending far in the future, none with nothing pending. Alone in its own test binary so
 //! that only one timer thread exists in the process.
 
-use arfsnic::clock::Clock;
-use arfsnic::control::{ControlRuntime, ControlSink};
+use arfsnic::device::clock::Clock;
+use arfsnic::device::control::{ControlRuntime, ControlSink};
 use arfsnic::model::filter::FilterTable;
 use arfsnic::model::profile::Profile;
 use arfsnic::vhost::RxError;

@@ -1,10 +1,11 @@
 //! `arfsnic serve`: the emulated NIC on a vhost-user socket, for a hand-launched QEMU.
 
-use crate::clock::Clock;
+use crate::device::clock::Clock;
 use crate::device::EmulatedNic;
 use crate::model::nic::Nic;
 use crate::model::profile::Profile;
 use crate::vhost::{Backend, ServeConfig};
+use crate::wire::MacAddr;
 use anyhow::{anyhow, Context};
 use clap::Args;
 use std::path::PathBuf;
@@ -37,18 +38,6 @@ pub struct ServeArgs {
     pub connections: Option<u64>,
 }
 
-pub fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(anyhow!("--mac {s:?}: expected six hex bytes like 52:54:00:12:34:56"));
-    }
-    let mut m = [0u8; 6];
-    for (i, p) in parts.iter().enumerate() {
-        m[i] = u8::from_str_radix(p, 16).map_err(|_| anyhow!("--mac {s:?}: {p:?} is not a hex byte"))?;
-    }
-    Ok(m)
-}
-
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let profile = Profile::load(&a.profile)?;
     let queues = a.queues.unwrap_or(profile.device.queues);
@@ -56,12 +45,18 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let emu = EmulatedNic::new(nic, Clock::new());
     let mut cfg = ServeConfig::new(&a.socket, queues);
     cfg.threads = a.threads;
-    cfg.mac = a.mac.as_deref().map(parse_mac).transpose()?;
+    cfg.mac =
+        a.mac.as_deref().map(|m| m.parse::<MacAddr>().map(|m| m.0).map_err(|e| anyhow!("--mac: {e}"))).transpose()?;
     let cfg_mac = cfg.mac;
     let backend = Backend::new(cfg, emu.clone()).with_context(|| format!("--socket {}", a.socket.display()))?;
-    emu.attach_rx(backend.rx_port());
-    let ctl = crate::control::ControlRuntime::attach(&profile, &emu, queues, crate::control::Schedule::FromStart)
-        .context("starting the control plane")?;
+    emu.attach_rx(Arc::new(backend.rx_port()));
+    let ctl = crate::device::control::ControlRuntime::attach(
+        &profile,
+        &emu,
+        queues,
+        crate::device::control::Schedule::FromStart,
+    )
+    .context("starting the control plane")?;
     if let Some(m) = cfg_mac {
         ctl.set_guest_mac(m);
     }

@@ -9,14 +9,16 @@
 pub mod env;
 pub mod qemu;
 
-use crate::clock::Clock;
-use crate::control::{ControlRuntime, ControlSnapshot, Schedule};
+use crate::device::clock::Clock;
+use crate::device::control::{ControlRuntime, Schedule};
+use crate::device::snapshot::ControlSnapshot;
 use crate::device::EmulatedNic;
 use crate::model::nic::{Nic, NicSnapshot};
 use crate::model::profile::Profile;
 use crate::scenario::{Run, Scenario};
 use crate::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig};
 use crate::vhost::{Backend, BackendCounters, ServeConfig};
+use crate::wire::MacAddr;
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 pub const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 pub const PARTNER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
-pub const GUEST_MAC: &str = "52:54:00:a5:f1:02";
+pub const GUEST_MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0xa5, 0xf1, 0x02]);
 pub const GUEST_BASE_PORT: u16 = 7000;
 pub const PARTNER_BASE_PORT: u16 = 9000;
 /// Seconds the guest keeps serving after the link partner stops offering load.
@@ -245,7 +247,7 @@ fn run_one(
     // the guest's boot (whose length depends on the host).
     let ctl =
         ControlRuntime::attach(&profile, emu, s.nic.queues, Schedule::Held).context("starting the control plane")?;
-    ctl.set_guest_mac(crate::cli::serve::parse_mac(GUEST_MAC)?);
+    ctl.set_guest_mac(GUEST_MAC.0);
 
     let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
     emu.set_peer(Some(partner.clone()));
@@ -269,7 +271,7 @@ fn run_one(
         l3_per: s.vm.l3_per.clone(),
         socket: ctx.socket.clone(),
         queues: s.nic.queues,
-        mac: GUEST_MAC.into(),
+        mac: GUEST_MAC.to_string(),
         kernel: ctx.kernel.image.clone(),
         initrd: ctx.initrd.clone(),
         append: append_line(s, run),
@@ -434,7 +436,7 @@ fn filter_json(snap: &ControlSnapshot) -> Value {
 /// guest module ran) and the guest system's own view (`system`).
 fn guest_json_obj(
     snap: &ControlSnapshot,
-    rates: Option<crate::control::GuestRates>,
+    rates: Option<crate::device::guest::GuestRates>,
     system: &Value,
     (traffic_start_ns, traffic_end_ns): (u64, u64),
 ) -> Value {
@@ -484,7 +486,7 @@ fn guest_json_obj(
 /// The driver's counters second by second over the traffic (like `funccount -i 1`):
 /// for second k, the difference between the last STATS samples at or before
 /// start + k s and start + (k+1) s. Seconds without a sample on either side are left out.
-pub fn per_second(series: &[crate::control::StatsSample], start_ns: u64, end_ns: u64) -> Vec<Value> {
+pub fn per_second(series: &[crate::device::guest::StatsSample], start_ns: u64, end_ns: u64) -> Vec<Value> {
     let at = |t: u64| series.iter().rev().find(|x| x.t_ns <= t);
     let mut out = Vec::new();
     let mut k = 0u64;
@@ -617,7 +619,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     let sockdir = tempfile::Builder::new().prefix("arfsnic-").tempdir()?;
     let socket = sockdir.path().join("vhost-user.sock");
     let backend = Arc::new(Backend::new(ServeConfig::new(&socket, scenario.nic.queues), emu.clone())?);
-    emu.attach_rx(backend.rx_port());
+    emu.attach_rx(Arc::new(backend.rx_port()));
     let stop = Arc::new(AtomicBool::new(false));
     let server = {
         let (b, s) = (backend.clone(), stop.clone());
@@ -687,7 +689,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::StatsSample;
+    use crate::device::guest::StatsSample;
 
     fn sample(t_ms: u64, steer: u64, adds: u64) -> StatsSample {
         StatsSample { t_ns: t_ms * 1_000_000, steer_calls: steer, adds_ok: adds, ..Default::default() }

@@ -31,6 +31,7 @@
 //! rare ARP/ND reply.
 
 use crate::traffic::{Delivery, GuestPeer, ToGuest};
+pub use crate::wire::ethernet::MacAddr;
 use arc_swap::ArcSwap;
 use etherparse::{
     icmpv6::NeighborAdvertisementHeader, ArpHardwareId, ArpOperation, ArpPacket, EtherType, Icmpv6Type, LinkSlice,
@@ -39,9 +40,7 @@ use etherparse::{
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{JoinHandle, Thread};
@@ -62,66 +61,6 @@ pub const ARP_RETRY: Duration = Duration::from_millis(200);
 /// Largest number of requests the pacer sends back to back.
 const BURST: u64 = 32;
 const SWEEP_EVERY: Duration = Duration::from_millis(10);
-
-/// An Ethernet MAC address; text form `02:a5:f1:00:00:01`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct MacAddr(pub [u8; 6]);
-
-impl MacAddr {
-    pub const BROADCAST: MacAddr = MacAddr([0xff; 6]);
-
-    /// A unicast, non-zero address (what may be learnt from a frame).
-    pub fn is_unicast(&self) -> bool {
-        self.0[0] & 1 == 0 && self.0 != [0; 6]
-    }
-
-    fn to_u64(self) -> u64 {
-        let mut b = [0u8; 8];
-        b[2..].copy_from_slice(&self.0);
-        u64::from_be_bytes(b)
-    }
-
-    fn from_u64(v: u64) -> Self {
-        let b = v.to_be_bytes();
-        let mut m = [0u8; 6];
-        m.copy_from_slice(&b[2..]);
-        MacAddr(m)
-    }
-}
-
-impl fmt::Display for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
-    }
-}
-
-impl fmt::Debug for MacAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl FromStr for MacAddr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut m = [0u8; 6];
-        let mut parts = s.split([':', '-']);
-        for b in &mut m {
-            let p =
-                parts.next().ok_or_else(|| format!("bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01"))?;
-            if p.is_empty() || p.len() > 2 {
-                return Err(format!("bad MAC {s:?}: expected six hex bytes like 02:a5:f1:00:00:01"));
-            }
-            *b = u8::from_str_radix(p, 16).map_err(|_| format!("bad MAC {s:?}: {p:?} is not a hex byte"))?;
-        }
-        if parts.next().is_some() {
-            return Err(format!("bad MAC {s:?}: more than six bytes"));
-        }
-        Ok(MacAddr(m))
-    }
-}
 
 impl Serialize for MacAddr {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -1117,17 +1056,6 @@ mod tests {
         assert_eq!((r.via_filter, r.last_filter, r.not_delivered), (1, Some(7), 2));
         assert_eq!(r.queue_counts, vec![0, 4, 1]);
         assert_eq!(flow_record(&f, at(1000)).via_rss_only_ms, Some(0), "an end before the series is 0, not a panic");
-    }
-
-    #[test]
-    fn mac_text_round_trip() {
-        let m: MacAddr = "02:a5:f1:00:00:01".parse().unwrap();
-        assert_eq!(m.0, [2, 0xa5, 0xf1, 0, 0, 1]);
-        assert_eq!(m.to_string(), "02:a5:f1:00:00:01");
-        assert!("02:a5:f1:00:00".parse::<MacAddr>().is_err());
-        assert!("02:a5:f1:00:00:01:02".parse::<MacAddr>().is_err());
-        assert!("zz:a5:f1:00:00:01".parse::<MacAddr>().is_err());
-        assert_eq!(MacAddr::from_u64(m.to_u64()), m);
     }
 
     #[test]

@@ -67,6 +67,7 @@ use std::time::Duration;
 
 use vmm_sys_util::epoll::EpollEvent;
 
+pub use crate::device::{DeviceHooks, GuestRx, RxError};
 use device::Device;
 use handler::ConnEnd;
 
@@ -84,44 +85,6 @@ pub mod features {
     pub const VERSION_1: u64 = 1 << 32;
     /// Everything we offer.
     pub const OFFERED: u64 = VERSION_1 | MQ | MRG_RXBUF | EVENT_IDX | INDIRECT_DESC | PROTOCOL_FEATURES;
-}
-
-/// Implemented by the upper layers (NIC model + traffic). Called from the backend's threads.
-pub trait DeviceHooks: Send + Sync + 'static {
-    /// One frame the guest transmitted on TX vring of queue pair `pair` (virtio-net header
-    /// already stripped). Called from the worker thread owning that pair, with that TX vring
-    /// locked: it may call `RxPort::deliver` (RX vrings have their own locks) but should not
-    /// block for long.
-    fn on_tx(&self, pair: u16, frame: &[u8]);
-    /// The guest enabled/disabled queue pair `pair` (SET_VRING_ENABLE on its vrings, e.g. from
-    /// `ethtool -L`). A pair counts as enabled when both its RX and TX vrings are enabled.
-    fn on_queue_state(&self, pair: u16, enabled: bool);
-    /// Driver became ready (memory mapped, at least one pair enabled and all vrings of enabled
-    /// pairs started) / device went away (reset, GET_VRING_BASE, disconnect).
-    fn on_link(&self, up: bool);
-}
-
-/// Why `RxPort::deliver` did not put a frame into the guest.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RxError {
-    /// The RX vring has not enough available buffers (the caller counts the drop).
-    #[error("no RX buffers available")]
-    NoBuffers,
-    /// No frontend, no memory table, or the RX vring is not started.
-    #[error("RX queue not ready")]
-    NotReady,
-    /// The guest disabled this queue pair.
-    #[error("RX queue disabled by the guest")]
-    QueueDisabled,
-    /// Frame larger than `MAX_FRAME`, or (without MRG_RXBUF) than the next buffer.
-    #[error("frame too large")]
-    TooLarge,
-    /// `pair` is not below `RxPort::pairs()`.
-    #[error("no such queue pair")]
-    NoSuchQueue,
-    /// The guest's ring or buffers are malformed (counted as a descriptor error).
-    #[error("guest memory / descriptor error: {0}")]
-    Memory(String),
 }
 
 /// Cloneable handle the upper layers use to put frames into RX queues from any thread.
@@ -147,6 +110,15 @@ impl RxPort {
     /// Whether the link is up (see `DeviceHooks::on_link`).
     pub fn link_up(&self) -> bool {
         self.dev.link_up()
+    }
+}
+
+impl GuestRx for RxPort {
+    fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
+        RxPort::deliver(self, pair, frame)
+    }
+    fn enabled_pairs(&self) -> Vec<bool> {
+        RxPort::enabled_pairs(self)
     }
 }
 

@@ -16,6 +16,7 @@
 //! Frames are hostile input: every decoder returns a value or an error, never panics,
 //! and allocates at most in proportion to the frame it was given.
 
+use super::ethernet;
 use super::flow::{FlowKey, IpVersion, L4Proto};
 use super::parse::CONTROL_ETHERTYPE;
 use std::fmt;
@@ -28,8 +29,7 @@ pub const VERSION: u8 = 1;
 pub const DEVICE_MAC: [u8; 6] = [0x02, 0xa5, 0xf1, 0xc0, 0x00, 0x01];
 /// Destination MAC of guest requests.
 pub const BROADCAST_MAC: [u8; 6] = [0xff; 6];
-/// Ethernet header without VLAN tag.
-pub const ETH_HLEN: usize = 14;
+pub use super::ethernet::ETH_HLEN;
 /// Control header.
 pub const HDR_LEN: usize = 16;
 /// Frames are padded to the Ethernet minimum (without FCS).
@@ -149,33 +149,6 @@ impl CounterId {
             _ => CounterId::Unknown(id),
         }
     }
-
-    /// The report name: `steer_calls`, `lat_hist_3`, `add_err_ENOSPC`, `unknown_0x0815`.
-    pub fn name(self) -> String {
-        match self {
-            CounterId::Named(n) => n.to_string(),
-            CounterId::LatBucket(i) => format!("lat_hist_{i}"),
-            CounterId::AddErr(e) => format!("add_err_{}", errno_name(e)),
-            CounterId::ModErr(e) => format!("mod_err_{}", errno_name(e)),
-            CounterId::DelErr(e) => format!("del_err_{}", errno_name(e)),
-            CounterId::Unknown(id) => format!("unknown_{id:#06x}"),
-        }
-    }
-}
-
-/// Errno name as used in error counter names: `ENOSPC`, `E200`, and `other` for 255,
-/// which collects every errno >= 255.
-pub fn errno_name(e: i32) -> std::borrow::Cow<'static, str> {
-    if e >= 255 {
-        std::borrow::Cow::Borrowed("other")
-    } else {
-        crate::model::errno::name(e)
-    }
-}
-
-/// The id of a named counter (`"adds_ok"` → 5).
-pub fn counter_id(name: &str) -> Option<u16> {
-    counter::NAMES.iter().position(|n| *n == name).map(|i| i as u16 + 1)
 }
 
 /// The 16-byte control header.
@@ -259,20 +232,6 @@ impl Request {
     /// Whether the device answers it (everything but STATS).
     pub fn expects_reply(&self) -> bool {
         !matches!(self, Request::Stats(_))
-    }
-
-    /// The command-engine command this request maps to (HELLO and STATS have none).
-    pub fn to_command(&self) -> Option<crate::model::engine::Command> {
-        use crate::model::engine::Command;
-        use crate::model::filter::Action;
-        Some(match self {
-            Request::Add(a) => Command::Add { id: a.filter_id, key: a.key, action: Action::Queue(a.rxq) },
-            Request::Mod { filter_id, rxq } => Command::Mod { id: *filter_id, action: Action::Queue(*rxq) },
-            Request::Del { filter_id } => Command::Del { id: *filter_id },
-            Request::Flush => Command::Flush,
-            Request::Query { filter_id } => Command::Query { id: *filter_id },
-            Request::Hello | Request::Stats(_) => return None,
-        })
     }
 }
 
@@ -388,15 +347,7 @@ pub fn eth_info(frame: &[u8]) -> Result<EthInfo, DecodeError> {
     let mut src = [0u8; 6];
     dst.copy_from_slice(&frame[0..6]);
     src.copy_from_slice(&frame[6..12]);
-    let mut et = be16(frame, 12);
-    let mut offset = ETH_HLEN;
-    if et == 0x8100 || et == 0x88a8 {
-        if frame.len() < ETH_HLEN + 4 {
-            return Err(too_short);
-        }
-        et = be16(frame, 16);
-        offset = ETH_HLEN + 4;
-    }
+    let (et, offset) = ethernet::ethertype(frame).ok_or(too_short)?;
     if et != ETHERTYPE {
         return Err(DecodeError::NotControl(et));
     }
@@ -918,16 +869,14 @@ mod tests {
     }
 
     #[test]
-    fn counter_names() {
-        assert_eq!(CounterId::classify(1).name(), "steer_calls");
-        assert_eq!(CounterId::classify(20).name(), "hold_ns");
+    fn counter_ids() {
+        assert_eq!(CounterId::classify(1), CounterId::Named("steer_calls"));
+        assert_eq!(CounterId::classify(20), CounterId::Named("hold_ns"));
         assert_eq!(CounterId::classify(0x100 + 23), CounterId::LatBucket(23));
         assert_eq!(CounterId::classify(0x100 + 24), CounterId::Unknown(0x118));
-        assert_eq!(CounterId::classify(0x200 + libc::ENOSPC as u16).name(), "add_err_ENOSPC");
-        assert_eq!(CounterId::classify(0x300 + libc::ENOENT as u16).name(), "mod_err_ENOENT");
-        assert_eq!(CounterId::classify(0x400 + 200).name(), "del_err_E200");
-        assert_eq!(CounterId::classify(0x200 + 255).name(), "add_err_other");
-        assert_eq!(CounterId::classify(0).name(), "unknown_0x0000");
-        assert_eq!(counter_id("adds_ok"), Some(5));
+        assert_eq!(CounterId::classify(0x200 + libc::ENOSPC as u16), CounterId::AddErr(libc::ENOSPC));
+        assert_eq!(CounterId::classify(0x400 + 200), CounterId::DelErr(200));
+        assert_eq!(CounterId::classify(0x200), CounterId::Unknown(0x200));
+        assert_eq!(CounterId::classify(0), CounterId::Unknown(0));
     }
 }

@@ -5,8 +5,10 @@
 //! feed RSS and the filter table. Measured cost is in `docs/architecture.md`.
 
 pub mod control;
+pub mod ethernet;
 pub mod flow;
 pub mod parse;
 
+pub use ethernet::MacAddr;
 pub use flow::{FlowKey, FlowSpecError, IpVersion, L4Proto};
 pub use parse::{parse_frame, Ip, L4Ports, PacketInfo, ParseError, CONTROL_ETHERTYPE};

@@ -1,18 +1,13 @@
 //! The emulated NIC assembled: the vhost-user backend's hooks wired to the NIC model,
 //! the traffic source and the control plane.
 
-use crate::clock::Clock;
+use super::clock::Clock;
+use super::ports::{ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest};
 use crate::model::nic::Nic;
-use crate::traffic::{Delivery, GuestPeer, ToGuest};
-use crate::vhost::{DeviceHooks, RxError, RxPort};
+use crate::wire::ethernet::ethertype;
 use crate::wire::CONTROL_ETHERTYPE;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, RwLock};
-
-/// Receives the guest's control frames (EtherType 0x88B5) from any TX queue.
-pub trait ControlPlane: Send + Sync + 'static {
-    fn on_control_frame(&self, pair: u16, frame: &[u8]);
-}
 
 /// Counters of the glue itself.
 #[derive(Default, Debug)]
@@ -26,7 +21,7 @@ pub struct GlueCounters {
 pub struct EmulatedNic {
     pub nic: Arc<Nic>,
     pub clock: Clock,
-    rx: OnceLock<RxPort>,
+    rx: OnceLock<Arc<dyn GuestRx>>,
     peer: RwLock<Option<Arc<dyn GuestPeer>>>,
     control: RwLock<Option<Arc<dyn ControlPlane>>>,
     pub counters: GlueCounters,
@@ -45,7 +40,7 @@ impl EmulatedNic {
     }
 
     /// Connect the backend's RX port (once, after the backend exists).
-    pub fn attach_rx(&self, rx: RxPort) {
+    pub fn attach_rx(&self, rx: Arc<dyn GuestRx>) {
         let _ = self.rx.set(rx);
     }
 
@@ -61,10 +56,6 @@ impl EmulatedNic {
 
     fn peer(&self) -> Option<Arc<dyn GuestPeer>> {
         self.peer.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn rx_port(&self) -> Option<&RxPort> {
-        self.rx.get()
     }
 
     /// Put a device-generated frame (control completion, event) on queue `pair`,
@@ -111,17 +102,9 @@ impl ToGuest for EmulatedNic {
     }
 }
 
-fn ethertype(frame: &[u8]) -> Option<u16> {
-    let et = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    if et == 0x8100 || et == 0x88a8 {
-        return Some(u16::from_be_bytes([*frame.get(16)?, *frame.get(17)?]));
-    }
-    Some(et)
-}
-
 impl DeviceHooks for EmulatedNic {
     fn on_tx(&self, pair: u16, frame: &[u8]) {
-        if ethertype(frame) == Some(CONTROL_ETHERTYPE) {
+        if ethertype(frame).map(|(et, _)| et) == Some(CONTROL_ETHERTYPE) {
             self.counters.control_frames.fetch_add(1, Relaxed);
             let c = self.control.read().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(c) = c {

@@ -19,19 +19,16 @@
 //! Hostile input: every frame is decoded without panicking; allocation is bounded by the
 //! frame (STATS) or by fixed caps (time series, one entry per u16 counter id).
 
-use crate::clock::Clock;
-use crate::device::{ControlPlane, EmulatedNic};
-use crate::model::engine::{Completion, Engine, EngineStats, Event, Fault, Op, Output};
-use crate::model::filter::{Action, FilterTable, Layout, PartitionStats, RuleSnapshot};
+use super::clock::Clock;
+use super::guest::{Guest, GuestRates};
+use super::nic::EmulatedNic;
+use super::ports::{ControlPlane, RxError};
+use super::snapshot::{ControlSnapshot, FilterSummary, FrameCounters, RuleView};
+use crate::model::engine::{Command, Completion, Engine, EngineStats, Event, Fault, Op, Output};
+use crate::model::filter::{Action, FilterTable, Layout};
 use crate::model::profile::Profile;
-use crate::vhost::RxError;
-use crate::wire::control::{
-    self as wire, counter, Caps, CompletionBody, CompletionMsg, CounterId, DecodeError, EventMsg, Header, Request,
-    LAT_HIST_BUCKETS,
-};
-use crate::wire::FlowKey;
-use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use crate::wire::control::{self as wire, Caps, CompletionBody, CompletionMsg, DecodeError, EventMsg, Header, Request};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -49,10 +46,6 @@ impl ControlSink for Weak<EmulatedNic> {
         self.upgrade().ok_or(RxError::NotReady)?.send_control(pair, frame)
     }
 }
-
-/// Samples of the guest's cumulative counters kept for rate computations (at the
-/// driver's 100 ms period: about 1.8 hours). The oldest are dropped beyond this.
-pub const MAX_SERIES: usize = 1 << 16;
 
 /// Queue pair whose RX queue carries events.
 pub const EVENT_PAIR: u16 = 0;
@@ -82,281 +75,20 @@ fn wire_op(op: Op) -> u8 {
     }
 }
 
+/// The engine command a decoded request maps to (HELLO and STATS have none).
+fn command_of(req: &Request) -> Option<Command> {
+    Some(match req {
+        Request::Add(a) => Command::Add { id: a.filter_id, key: a.key, action: Action::Queue(a.rxq) },
+        Request::Mod { filter_id, rxq } => Command::Mod { id: *filter_id, action: Action::Queue(*rxq) },
+        Request::Del { filter_id } => Command::Del { id: *filter_id },
+        Request::Flush => Command::Flush,
+        Request::Query { filter_id } => Command::Query { id: *filter_id },
+        Request::Hello | Request::Stats(_) => return None,
+    })
+}
+
 fn status16(errno: i32) -> u16 {
     u16::try_from(errno).unwrap_or(libc::EIO as u16)
-}
-
-/// One sample of the guest's cumulative counters, taken when a STATS frame arrived.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct StatsSample {
-    /// Device clock (ns) at arrival.
-    pub t_ns: u64,
-    pub steer_calls: u64,
-    pub adds_ok: u64,
-    pub mods_ok: u64,
-    pub dels_ok: u64,
-    pub lock_acquired: u64,
-    pub lock_contended: u64,
-    pub lock_wait_ns: u64,
-}
-
-/// Rates between two STATS samples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct GuestRates {
-    pub from_ns: u64,
-    pub to_ns: u64,
-    pub window_s: f64,
-    pub steer_calls_per_s: f64,
-    pub adds_per_s: f64,
-    pub mods_per_s: f64,
-    pub dels_per_s: f64,
-    /// Contended `arfs_lock` acquisitions in the window, % of all acquisitions.
-    pub lock_contended_pct: f64,
-    /// Time spent waiting for `arfs_lock` in the window, µs per second of wall time.
-    pub lock_wait_us_per_s: f64,
-}
-
-/// A latency percentile from the guest's log2 histogram: the bucket it falls in,
-/// `[lo_us, hi_us)` (`hi_us` is `None` for the last, open bucket).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct BucketPercentile {
-    pub lo_us: f64,
-    pub hi_us: Option<f64>,
-}
-
-/// Percentile `q` (0..=1) of a log2 µs histogram (`buckets[i]` counts [2^i, 2^(i+1)) µs,
-/// bucket 0 also < 1 µs). `None` when it is empty.
-pub fn hist_percentile(buckets: &[u64], q: f64) -> Option<BucketPercentile> {
-    let total: u64 = buckets.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-    let mut seen = 0u64;
-    for (i, &n) in buckets.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            let lo = if i == 0 { 0.0 } else { (1u64 << i.min(63)) as f64 };
-            let hi = (i + 1 < buckets.len()).then(|| (1u64 << (i + 1).min(63)) as f64);
-            return Some(BucketPercentile { lo_us: lo, hi_us: hi });
-        }
-    }
-    None
-}
-
-/// The guest driver's counters from its latest STATS frame.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct GuestStats {
-    /// Device clock (ns) when the latest STATS frame arrived.
-    pub received_ns: u64,
-    /// STATS frames received.
-    pub reports: u64,
-    /// Latest value of every counter except the latency buckets, by protocol name
-    /// (`steer_calls`, …, `add_err_ENOSPC`, `unknown_0x0815`).
-    pub counters: BTreeMap<String, u64>,
-    /// Command round trips as seen by the driver: bucket i = [2^i, 2^(i+1)) µs.
-    pub lat_hist_us: Vec<u64>,
-    pub lat_us_p50: Option<BucketPercentile>,
-    pub lat_us_p90: Option<BucketPercentile>,
-    pub lat_us_p99: Option<BucketPercentile>,
-    /// ADD/MOD/DEL failures by errno name (from ids 0x200/0x300/0x400 + errno).
-    pub add_errors: BTreeMap<String, u64>,
-    pub mod_errors: BTreeMap<String, u64>,
-    pub del_errors: BTreeMap<String, u64>,
-    /// Rates over the whole time series (first to last sample).
-    pub rates: Option<GuestRates>,
-}
-
-/// The device's filter counters, in the shape of the report's `device.filter` object.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct FilterSummary {
-    /// Commands that completed successfully.
-    pub adds: u64,
-    pub mods: u64,
-    pub dels: u64,
-    pub flushes: u64,
-    pub queries: u64,
-    /// Failed commands of every op by errno name (engine rejections, injected faults,
-    /// table errors); malformed frames are counted in `frames` instead.
-    pub rejects: BTreeMap<String, u64>,
-    pub add_rejects: BTreeMap<String, u64>,
-    pub mod_rejects: BTreeMap<String, u64>,
-    pub del_rejects: BTreeMap<String, u64>,
-    pub rules_now: usize,
-    /// Highest rule count seen after any engine step (all partitions together).
-    pub rules_peak: usize,
-    /// ADD latency in the device (enqueue to finish, executed commands).
-    pub cmd_latency_us_p50: f64,
-    pub cmd_latency_us_p99: f64,
-}
-
-/// Control frame counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct FrameCounters {
-    /// Control frames handed to the runtime.
-    pub received: u64,
-    /// Well-formed requests by op name (hello, add, mod, del, flush, stats, query).
-    pub requests: BTreeMap<&'static str, u64>,
-    /// Malformed, unknown or otherwise refused frames.
-    pub bad: u64,
-    /// By kind: too_short, truncated_header, bad_version, unknown_op, bad_length,
-    /// bad_body, bad_ip_version, bad_l4_proto, bad_address, bad_queue, not_control.
-    pub bad_by_kind: BTreeMap<&'static str, u64>,
-    /// Error completions sent for bad frames (a part of `completions_sent`).
-    pub error_completions: u64,
-    /// Answers not sent because the request was STATS or had NO_REPLY set.
-    pub completions_suppressed: u64,
-    pub completions_sent: u64,
-    /// Completions that could not be delivered (no RX buffer, queue not ready).
-    pub completions_dropped: u64,
-    pub completions_dropped_no_buffer: u64,
-    pub events_sent: u64,
-    pub events_dropped: u64,
-}
-
-/// Everything the report needs from the control plane.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ControlSnapshot {
-    /// Device clock (ns) of the snapshot.
-    pub at_ns: u64,
-    pub filter: FilterSummary,
-    pub engine: EngineStats,
-    pub partitions: Vec<PartitionStats>,
-    pub frames: FrameCounters,
-    /// `None` until the first STATS frame.
-    pub guest: Option<GuestStats>,
-    pub series: Vec<StatsSample>,
-}
-
-/// A live rule, for the per-flow view of the report.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuleView {
-    pub id: u32,
-    /// `udp 10.0.0.1:9000 10.0.0.2:7000` (as the guest sees it: the packets it receives).
-    pub flow: String,
-    #[serde(skip)]
-    pub key: FlowKey,
-    /// `None` for a drop rule.
-    pub queue: Option<u16>,
-    pub installed_ns: u64,
-    pub hits: u64,
-    pub bytes: u64,
-    pub last_active_ns: u64,
-}
-
-impl From<RuleSnapshot> for RuleView {
-    fn from(r: RuleSnapshot) -> Self {
-        RuleView {
-            id: r.id,
-            flow: r.key.to_string(),
-            key: r.key,
-            queue: match r.action {
-                Action::Queue(q) => Some(q),
-                Action::Drop => None,
-            },
-            installed_ns: r.installed_ns,
-            hits: r.hits,
-            bytes: r.bytes,
-            last_active_ns: r.last_active_ns,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Guest {
-    /// Counter id → (latest value, device time it arrived).
-    latest: BTreeMap<u16, (u64, u64)>,
-    received_ns: u64,
-    reports: u64,
-    series: VecDeque<StatsSample>,
-}
-
-impl Guest {
-    fn value(&self, id: u16) -> u64 {
-        self.latest.get(&id).map_or(0, |v| v.0)
-    }
-
-    fn store(&mut self, entries: &[(u16, u64)], now: u64) {
-        for &(id, v) in entries {
-            self.latest.insert(id, (v, now));
-        }
-        self.received_ns = now;
-        self.reports += 1;
-        if self.series.len() >= MAX_SERIES {
-            self.series.pop_front();
-        }
-        self.series.push_back(StatsSample {
-            t_ns: now,
-            steer_calls: self.value(counter::STEER_CALLS),
-            adds_ok: self.value(counter::ADDS_OK),
-            mods_ok: self.value(counter::MODS_OK),
-            dels_ok: self.value(counter::DELS_OK),
-            lock_acquired: self.value(counter::LOCK_ACQUIRED),
-            lock_contended: self.value(counter::LOCK_CONTENDED),
-            lock_wait_ns: self.value(counter::LOCK_WAIT_NS_TOTAL),
-        });
-    }
-
-    fn rates(&self, from_ns: u64, to_ns: u64) -> Option<GuestRates> {
-        let a = self.series.iter().find(|s| s.t_ns >= from_ns)?;
-        let b = self.series.iter().rev().find(|s| s.t_ns <= to_ns)?;
-        if b.t_ns <= a.t_ns {
-            return None;
-        }
-        let dt = (b.t_ns - a.t_ns) as f64 / 1e9;
-        let r = |x: u64, y: u64| y.saturating_sub(x) as f64 / dt;
-        let acquired = b.lock_acquired.saturating_sub(a.lock_acquired);
-        let contended = b.lock_contended.saturating_sub(a.lock_contended);
-        Some(GuestRates {
-            from_ns: a.t_ns,
-            to_ns: b.t_ns,
-            window_s: dt,
-            steer_calls_per_s: r(a.steer_calls, b.steer_calls),
-            adds_per_s: r(a.adds_ok, b.adds_ok),
-            mods_per_s: r(a.mods_ok, b.mods_ok),
-            dels_per_s: r(a.dels_ok, b.dels_ok),
-            lock_contended_pct: if acquired > 0 { 100.0 * contended as f64 / acquired as f64 } else { 0.0 },
-            lock_wait_us_per_s: r(a.lock_wait_ns, b.lock_wait_ns) / 1000.0,
-        })
-    }
-
-    fn stats(&self) -> Option<GuestStats> {
-        if self.reports == 0 {
-            return None;
-        }
-        let mut g = GuestStats {
-            received_ns: self.received_ns,
-            reports: self.reports,
-            lat_hist_us: vec![0; LAT_HIST_BUCKETS],
-            ..Default::default()
-        };
-        for (&id, &(v, _)) in &self.latest {
-            let c = CounterId::classify(id);
-            match c {
-                CounterId::LatBucket(i) => g.lat_hist_us[i] = v,
-                _ => {
-                    g.counters.insert(c.name(), v);
-                }
-            }
-            match c {
-                CounterId::AddErr(e) => {
-                    g.add_errors.insert(wire::errno_name(e).into_owned(), v);
-                }
-                CounterId::ModErr(e) => {
-                    g.mod_errors.insert(wire::errno_name(e).into_owned(), v);
-                }
-                CounterId::DelErr(e) => {
-                    g.del_errors.insert(wire::errno_name(e).into_owned(), v);
-                }
-                _ => {}
-            }
-        }
-        g.lat_us_p50 = hist_percentile(&g.lat_hist_us, 0.5);
-        g.lat_us_p90 = hist_percentile(&g.lat_hist_us, 0.9);
-        g.lat_us_p99 = hist_percentile(&g.lat_hist_us, 0.99);
-        g.rates = self.rates(0, u64::MAX);
-        Some(g)
-    }
 }
 
 struct Inner {
@@ -619,7 +351,7 @@ impl ControlRuntime {
             }
             Request::Stats(entries) => g.guest.store(&entries, now),
             other => {
-                let Some(cmd) = other.to_command() else { return };
+                let Some(cmd) = command_of(&other) else { return };
                 let mut outs = Vec::new();
                 g.engine.submit(tag(pair, header.seq, quiet), cmd, now, &mut outs);
                 g.note_rules();
@@ -875,32 +607,5 @@ mod tests {
     fn tags_round_trip() {
         assert_eq!(untag(tag(3, 0xffff_fffe, false)), (3, 0xffff_fffe, false));
         assert_eq!(untag(tag(u16::MAX, 0, true)), (u16::MAX, 0, true));
-    }
-
-    #[test]
-    fn percentiles_of_log2_buckets() {
-        let mut b = vec![0u64; LAT_HIST_BUCKETS];
-        assert_eq!(hist_percentile(&b, 0.5), None);
-        b[0] = 1;
-        b[6] = 8; // [64, 128) µs
-        b[23] = 1;
-        assert_eq!(hist_percentile(&b, 0.5), Some(BucketPercentile { lo_us: 64.0, hi_us: Some(128.0) }));
-        assert_eq!(hist_percentile(&b, 0.0), Some(BucketPercentile { lo_us: 0.0, hi_us: Some(2.0) }));
-        assert_eq!(hist_percentile(&b, 1.0), Some(BucketPercentile { lo_us: (1u64 << 23) as f64, hi_us: None }));
-    }
-
-    #[test]
-    fn guest_rates_over_samples() {
-        let mut g = Guest::default();
-        g.store(&[(counter::STEER_CALLS, 100), (counter::ADDS_OK, 10)], 1_000_000_000);
-        g.store(&[(counter::STEER_CALLS, 1100)], 2_000_000_000);
-        g.store(&[(counter::STEER_CALLS, 3100), (counter::ADDS_OK, 50)], 3_000_000_000);
-        let r = g.rates(0, u64::MAX).unwrap();
-        assert_eq!((r.window_s, r.steer_calls_per_s, r.adds_per_s), (2.0, 1500.0, 20.0));
-        let r = g.rates(1_500_000_000, 2_500_000_000);
-        assert_eq!(r, None, "one sample in the window");
-        let s = g.stats().unwrap();
-        assert_eq!(s.counters["steer_calls"], 3100);
-        assert_eq!(s.reports, 3);
     }
 }

@@ -1,0 +1,82 @@
+//! The device's boundary: the traits through which the layers above plug into the
+//! emulated NIC. The vhost-user adapter implements [`GuestRx`] and calls [`DeviceHooks`];
+//! a traffic source implements [`GuestPeer`] and calls [`ToGuest`]; the control runtime
+//! implements [`ControlPlane`]. Nothing here knows vrings, sockets or QEMU.
+
+/// Implemented by the upper layers (NIC model + traffic). Called from the backend's threads.
+pub trait DeviceHooks: Send + Sync + 'static {
+    /// One frame the guest transmitted on TX vring of queue pair `pair` (virtio-net header
+    /// already stripped). Called from the worker thread owning that pair, with that TX vring
+    /// locked: it may call `GuestRx::deliver` (RX vrings have their own locks) but should not
+    /// block for long.
+    fn on_tx(&self, pair: u16, frame: &[u8]);
+    /// The guest enabled/disabled queue pair `pair` (SET_VRING_ENABLE on its vrings, e.g. from
+    /// `ethtool -L`). A pair counts as enabled when both its RX and TX vrings are enabled.
+    fn on_queue_state(&self, pair: u16, enabled: bool);
+    /// Driver became ready (memory mapped, at least one pair enabled and all vrings of enabled
+    /// pairs started) / device went away (reset, GET_VRING_BASE, disconnect).
+    fn on_link(&self, up: bool);
+}
+
+/// Why `GuestRx::deliver` did not put a frame into the guest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RxError {
+    /// The RX vring has not enough available buffers (the caller counts the drop).
+    #[error("no RX buffers available")]
+    NoBuffers,
+    /// No frontend, no memory table, or the RX vring is not started.
+    #[error("RX queue not ready")]
+    NotReady,
+    /// The guest disabled this queue pair.
+    #[error("RX queue disabled by the guest")]
+    QueueDisabled,
+    /// Frame larger than `MAX_FRAME`, or (without MRG_RXBUF) than the next buffer.
+    #[error("frame too large")]
+    TooLarge,
+    /// `pair` is not below the number of queue pairs.
+    #[error("no such queue pair")]
+    NoSuchQueue,
+    /// The guest's ring or buffers are malformed (counted as a descriptor error).
+    #[error("guest memory / descriptor error: {0}")]
+    Memory(String),
+}
+
+/// The guest's receive side as the device sees it: put one frame into an RX queue. The
+/// vhost-user adapter's `RxPort` implements it; tests implement it with a capture.
+pub trait GuestRx: Send + Sync + 'static {
+    /// Writes `frame` (an Ethernet frame, no virtio header) into the RX queue of `pair`.
+    /// Never blocks on the guest.
+    fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError>;
+    /// Per pair: enabled by the guest.
+    fn enabled_pairs(&self) -> Vec<bool>;
+}
+
+/// Receives the guest's control frames (EtherType 0x88B5) from any TX queue.
+pub trait ControlPlane: Send + Sync + 'static {
+    fn on_control_frame(&self, pair: u16, frame: &[u8]);
+}
+
+/// The result of offering one frame to the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// RX queue the NIC chose (None: a drop filter matched).
+    pub queue: Option<u16>,
+    /// Whether the frame reached the guest (false: drop filter, no buffers, link down).
+    pub delivered: bool,
+    /// Id of the filter that steered it.
+    pub filter: Option<u32>,
+}
+
+/// The NIC's receive side as a traffic source sees it: classify and deliver one frame.
+pub trait ToGuest: Send + Sync + 'static {
+    #[allow(clippy::wrong_self_convention)] // "to the guest", not a conversion
+    fn to_guest(&self, frame: &[u8]) -> Delivery;
+}
+
+/// What a traffic source gets from the NIC: the guest's transmitted data frames
+/// (control frames never reach it) and link state.
+pub trait GuestPeer: Send + Sync + 'static {
+    #[allow(clippy::wrong_self_convention)] // "from the guest", not a conversion
+    fn from_guest(&self, pair: u16, frame: &[u8]);
+    fn link(&self, _up: bool) {}
+}
