@@ -53,6 +53,7 @@
 #include <linux/ctype.h>
 #include <net/flow_dissector.h>
 #include <net/ipv6.h>
+#include "arfs_proto.h"
 /* Kbuild probes the tree for headers that moved between 6.1 and 6.12 */
 #ifdef ARFS_HAVE_NET_RPS_H
 #include <net/rps.h>
@@ -113,95 +114,55 @@ MODULE_PARM_DESC(cmd_timeout_ms, "command completion timeout in ms (default 2000
 #define ARFS_HOLD_NS_MAX	1000000UL
 #define ARFS_STATS_PERIOD_MS	100
 
-/* ---- control protocol v1 ---------------------------------------------- */
+/* ---- control protocol v1 (arfs_proto.h) ------------------------------- */
 
-#define ARFS_ETH_P		ETH_P_802_EX1	/* 0x88B5 */
-#define ARFS_PROTO_VERSION	1
-#define ARFS_HDR_LEN		16
-#define ARFS_TS_LEN		24
-#define ARFS_FLAG_NO_REPLY	0x0001
-
-enum {
-	ARFS_OP_HELLO = 0x01,
-	ARFS_OP_ADD = 0x02,
-	ARFS_OP_MOD = 0x03,
-	ARFS_OP_DEL = 0x04,
-	ARFS_OP_FLUSH = 0x05,
-	ARFS_OP_STATS = 0x06,
-	ARFS_OP_QUERY = 0x07,
-	ARFS_OP_COMPLETION = 0x80,
-	ARFS_EV_RULE_AGED = 0x40,
-	ARFS_EV_TABLE_FLUSHED = 0x41,
-	ARFS_EV_ENGINE_STATE = 0x42,
-};
-
-#define ARFS_ADD_BODY_LEN	44
-#define ARFS_MOD_BODY_LEN	8
-#define ARFS_DEL_BODY_LEN	4
-#define ARFS_CAPS_LEN		(2 + 2 + 4 * 4 + 32)
-#define ARFS_QUERY_REPLY_LEN	(2 + 2 + 8)
-#define ARFS_PROFILE_LEN	32
-#define ARFS_STATS_ENTRY_LEN	16
 /* largest completion body the module keeps (timestamps + CAPS) */
 #define ARFS_MAX_REPLY		(ARFS_TS_LEN + ARFS_CAPS_LEN)
 
-static const u8 arfs_device_mac[ETH_ALEN] = { 0x02, 0xa5, 0xf1, 0xc0, 0x00, 0x01 };
+/* arfs_proto.h is plain numbers: check that they fit together */
+static_assert(ARFS_ETH_P == ETH_P_802_EX1);
+static_assert(ARFS_STATUS_MAX == MAX_ERRNO);
+static_assert(ARFS_HDR_OFF_RESERVED + 4 == ARFS_HDR_LEN);
+static_assert(ARFS_ADD_OFF_DST_PORT + 2 == ARFS_ADD_BODY_LEN);
+static_assert(ARFS_MOD_OFF_PAD + 2 == ARFS_MOD_BODY_LEN);
+static_assert(ARFS_STATS_ENTRY_OFF_VALUE + 8 == ARFS_STATS_ENTRY_LEN);
+static_assert(ARFS_CAPS_OFF_PROFILE + ARFS_PROFILE_LEN == ARFS_TS_LEN + ARFS_CAPS_LEN);
+static_assert(ARFS_QUERY_OFF_HITS + 8 == ARFS_TS_LEN + ARFS_QUERY_REPLY_LEN);
+static_assert(ARFS_CTR_HOLD_NS + 1 == ARFS_CTR_NR);
 
-/* STATS counter ids, shared with the device (see docs/control-protocol.md) */
-enum {
-	C_STEER_CALLS = 1,
-	C_STEER_NEW,
-	C_STEER_UPDATE,
-	C_STEER_SAME,
-	C_ADDS_OK,
-	C_MODS_OK,
-	C_DELS_OK,
-	C_LOCK_ACQUIRED,
-	C_LOCK_CONTENDED,
-	C_LOCK_WAIT_NS_TOTAL,
-	C_LOCK_WAIT_NS_MAX,
-	C_RULES_NOW,
-	C_RULES_PEAK,
-	C_EXPIRE_SCANS,
-	C_EXPIRE_SCANNED,
-	C_CMD_TIMEOUTS,
-	C_STEER_EPERM,
-	C_STEER_ENOMEM,
-	C_STEER_EPROTONOSUPPORT,
-	C_HOLD_NS,
-	C_NR,
+static const u8 arfs_device_mac[ETH_ALEN] = {
+	ARFS_DEVICE_MAC_0, ARFS_DEVICE_MAC_1, ARFS_DEVICE_MAC_2,
+	ARFS_DEVICE_MAC_3, ARFS_DEVICE_MAC_4, ARFS_DEVICE_MAC_5,
 };
 
-static const char * const arfs_ctr_names[C_NR] = {
-	[C_STEER_CALLS] = "steer_calls",
-	[C_STEER_NEW] = "steer_new",
-	[C_STEER_UPDATE] = "steer_update",
-	[C_STEER_SAME] = "steer_same",
-	[C_ADDS_OK] = "adds_ok",
-	[C_MODS_OK] = "mods_ok",
-	[C_DELS_OK] = "dels_ok",
-	[C_LOCK_ACQUIRED] = "lock_acquired",
-	[C_LOCK_CONTENDED] = "lock_contended",
-	[C_LOCK_WAIT_NS_TOTAL] = "lock_wait_ns_total",
-	[C_LOCK_WAIT_NS_MAX] = "lock_wait_ns_max",
-	[C_RULES_NOW] = "rules_now",
-	[C_RULES_PEAK] = "rules_peak",
-	[C_EXPIRE_SCANS] = "expire_scans",
-	[C_EXPIRE_SCANNED] = "expire_scanned",
-	[C_CMD_TIMEOUTS] = "cmd_timeouts",
-	[C_STEER_EPERM] = "steer_eperm",
-	[C_STEER_ENOMEM] = "steer_enomem",
-	[C_STEER_EPROTONOSUPPORT] = "steer_eprotonosupport",
-	[C_HOLD_NS] = "hold_ns",
+static const char * const arfs_ctr_names[ARFS_CTR_NR] = {
+	[ARFS_CTR_STEER_CALLS] = "steer_calls",
+	[ARFS_CTR_STEER_NEW] = "steer_new",
+	[ARFS_CTR_STEER_UPDATE] = "steer_update",
+	[ARFS_CTR_STEER_SAME] = "steer_same",
+	[ARFS_CTR_ADDS_OK] = "adds_ok",
+	[ARFS_CTR_MODS_OK] = "mods_ok",
+	[ARFS_CTR_DELS_OK] = "dels_ok",
+	[ARFS_CTR_LOCK_ACQUIRED] = "lock_acquired",
+	[ARFS_CTR_LOCK_CONTENDED] = "lock_contended",
+	[ARFS_CTR_LOCK_WAIT_NS_TOTAL] = "lock_wait_ns_total",
+	[ARFS_CTR_LOCK_WAIT_NS_MAX] = "lock_wait_ns_max",
+	[ARFS_CTR_RULES_NOW] = "rules_now",
+	[ARFS_CTR_RULES_PEAK] = "rules_peak",
+	[ARFS_CTR_EXPIRE_SCANS] = "expire_scans",
+	[ARFS_CTR_EXPIRE_SCANNED] = "expire_scanned",
+	[ARFS_CTR_CMD_TIMEOUTS] = "cmd_timeouts",
+	[ARFS_CTR_STEER_EPERM] = "steer_eperm",
+	[ARFS_CTR_STEER_ENOMEM] = "steer_enomem",
+	[ARFS_CTR_STEER_EPROTONOSUPPORT] = "steer_eprotonosupport",
+	[ARFS_CTR_HOLD_NS] = "hold_ns",
 };
-
-#define ARFS_HIST_BUCKETS	24
-#define ARFS_HIST_ID_BASE	0x100
-#define ARFS_ERR_ID_BASE	0x200	/* + 0x100 * (ADD, MOD, DEL) */
-#define ARFS_ERR_SLOTS		256	/* errno 255 collects everything >= 255 */
 
 enum { E_ADD, E_MOD, E_DEL, E_NR };
 static const char * const arfs_err_prefix[E_NR] = { "add_err", "mod_err", "del_err" };
+static const u16 arfs_err_id_base[E_NR] = {
+	ARFS_ADD_ERR_ID_BASE, ARFS_MOD_ERR_ID_BASE, ARFS_DEL_ERR_ID_BASE,
+};
 
 /* driver-only diagnostics, debugfs only */
 enum {
@@ -362,13 +323,13 @@ struct arfs_priv {
 
 	u16 caps_queue_pairs;
 	u16 caps_layout;
-	u32 caps_capacity[ARFS_NUM_TYPES];
+	u32 caps_capacity[ARFS_CAPS_CAPACITY_NR];
 	char caps_profile[ARFS_PROFILE_LEN + 1];
 	bool caps_valid;
 
 	struct dentry *dbg;
 
-	atomic64_t ctr[C_NR];
+	atomic64_t ctr[ARFS_CTR_NR];
 	atomic64_t hist[ARFS_HIST_BUCKETS];
 	atomic64_t err[E_NR][ARFS_ERR_SLOTS];
 	atomic64_t diag[D_NR];
@@ -405,18 +366,18 @@ static void arfs_lock_bh(struct arfs_priv *p)
 	u64 t0, wait;
 
 	if (spin_trylock_bh(&p->arfs_lock)) {
-		atomic64_inc(&p->ctr[C_LOCK_ACQUIRED]);
+		atomic64_inc(&p->ctr[ARFS_CTR_LOCK_ACQUIRED]);
 		return;
 	}
 	t0 = ktime_get_ns();
 	spin_lock_bh(&p->arfs_lock);
 	wait = ktime_get_ns() - t0;
-	atomic64_inc(&p->ctr[C_LOCK_ACQUIRED]);
-	atomic64_inc(&p->ctr[C_LOCK_CONTENDED]);
-	atomic64_add(wait, &p->ctr[C_LOCK_WAIT_NS_TOTAL]);
+	atomic64_inc(&p->ctr[ARFS_CTR_LOCK_ACQUIRED]);
+	atomic64_inc(&p->ctr[ARFS_CTR_LOCK_CONTENDED]);
+	atomic64_add(wait, &p->ctr[ARFS_CTR_LOCK_WAIT_NS_TOTAL]);
 	/* updated under the lock, so a plain compare-and-set is enough */
-	if (wait > atomic64_read(&p->ctr[C_LOCK_WAIT_NS_MAX]))
-		atomic64_set(&p->ctr[C_LOCK_WAIT_NS_MAX], wait);
+	if (wait > atomic64_read(&p->ctr[ARFS_CTR_LOCK_WAIT_NS_MAX]))
+		atomic64_set(&p->ctr[ARFS_CTR_LOCK_WAIT_NS_MAX], wait);
 }
 
 static void arfs_unlock_bh(struct arfs_priv *p)
@@ -462,13 +423,13 @@ static struct sk_buff *arfs_build_frame(struct arfs_priv *p, u8 op, u32 seq,
 	skb_set_network_header(skb, ETH_HLEN);
 
 	h = skb_put_zero(skb, len);
-	h[0] = ARFS_PROTO_VERSION;
-	h[1] = op;
-	put_unaligned_be16(len, h + 2);
-	put_unaligned_be32(seq, h + 4);
-	put_unaligned_be16(0, h + 8);
-	put_unaligned_be16(flags, h + 10);
-	put_unaligned_be32(0, h + 12);
+	h[ARFS_HDR_OFF_VERSION] = ARFS_PROTO_VERSION;
+	h[ARFS_HDR_OFF_OP] = op;
+	put_unaligned_be16(len, h + ARFS_HDR_OFF_LENGTH);
+	put_unaligned_be32(seq, h + ARFS_HDR_OFF_SEQ);
+	put_unaligned_be16(0, h + ARFS_HDR_OFF_STATUS);
+	put_unaligned_be16(flags, h + ARFS_HDR_OFF_FLAGS);
+	put_unaligned_be32(0, h + ARFS_HDR_OFF_RESERVED);
 	if (body_len)
 		memcpy(h + ARFS_HDR_LEN, body, body_len);
 	if (skb->len < ETH_ZLEN)
@@ -554,7 +515,7 @@ static int arfs_cmd_exec(struct arfs_priv *p, struct arfs_cmd *cmd, u8 op,
 	list_del_init(&cmd->node);
 	spin_unlock_bh(&p->cmd_lock);
 	if (rc == -ETIMEDOUT)
-		ctr_inc(p, C_CMD_TIMEOUTS);
+		ctr_inc(p, ARFS_CTR_CMD_TIMEOUTS);
 	return rc;
 
 done:
@@ -596,19 +557,20 @@ static int arfs_cmd_add(struct arfs_priv *p, u32 filter_id, u16 rxq,
 	u8 b[ARFS_ADD_BODY_LEN] = {};
 	struct arfs_cmd cmd;
 
-	put_unaligned_be32(filter_id, b);
-	put_unaligned_be16(rxq, b + 4);
-	b[6] = t->etype == htons(ETH_P_IP) ? 4 : 6;
-	b[7] = t->ip_proto;
+	put_unaligned_be32(filter_id, b + ARFS_ADD_OFF_FILTER_ID);
+	put_unaligned_be16(rxq, b + ARFS_ADD_OFF_RXQ);
+	b[ARFS_ADD_OFF_IP_VERSION] = t->etype == htons(ETH_P_IP) ?
+				     ARFS_ADD_IP_VERSION_4 : ARFS_ADD_IP_VERSION_6;
+	b[ARFS_ADD_OFF_L4_PROTO] = t->ip_proto;
 	if (t->etype == htons(ETH_P_IP)) {
-		memcpy(b + 8, &t->src_ipv4, 4);
-		memcpy(b + 24, &t->dst_ipv4, 4);
+		memcpy(b + ARFS_ADD_OFF_SRC_ADDR, &t->src_ipv4, 4);
+		memcpy(b + ARFS_ADD_OFF_DST_ADDR, &t->dst_ipv4, 4);
 	} else {
-		memcpy(b + 8, &t->src_ipv6, 16);
-		memcpy(b + 24, &t->dst_ipv6, 16);
+		memcpy(b + ARFS_ADD_OFF_SRC_ADDR, &t->src_ipv6, ARFS_ADD_ADDR_LEN);
+		memcpy(b + ARFS_ADD_OFF_DST_ADDR, &t->dst_ipv6, ARFS_ADD_ADDR_LEN);
 	}
-	memcpy(b + 40, &t->src_port, 2);
-	memcpy(b + 42, &t->dst_port, 2);
+	memcpy(b + ARFS_ADD_OFF_SRC_PORT, &t->src_port, 2);
+	memcpy(b + ARFS_ADD_OFF_DST_PORT, &t->dst_port, 2);
 	return arfs_cmd_exec(p, &cmd, ARFS_OP_ADD, b, sizeof(b), false);
 }
 
@@ -617,8 +579,8 @@ static int arfs_cmd_mod(struct arfs_priv *p, u32 filter_id, u16 rxq)
 	u8 b[ARFS_MOD_BODY_LEN] = {};
 	struct arfs_cmd cmd;
 
-	put_unaligned_be32(filter_id, b);
-	put_unaligned_be16(rxq, b + 4);
+	put_unaligned_be32(filter_id, b + ARFS_MOD_OFF_FILTER_ID);
+	put_unaligned_be16(rxq, b + ARFS_MOD_OFF_RXQ);
 	return arfs_cmd_exec(p, &cmd, ARFS_OP_MOD, b, sizeof(b), false);
 }
 
@@ -627,14 +589,16 @@ static int arfs_cmd_del(struct arfs_priv *p, u32 filter_id)
 	u8 b[ARFS_DEL_BODY_LEN];
 	struct arfs_cmd cmd;
 
-	put_unaligned_be32(filter_id, b);
+	put_unaligned_be32(filter_id, b + ARFS_DEL_OFF_FILTER_ID);
 	return arfs_cmd_exec(p, &cmd, ARFS_OP_DEL, b, sizeof(b), false);
 }
 
 /* ---- STATS push ------------------------------------------------------- */
 
+#define ARFS_STATS_MAX_ENTRIES	90
+
 struct arfs_stats_buf {
-	u8 body[4 + 90 * ARFS_STATS_ENTRY_LEN];
+	u8 body[ARFS_STATS_HDR_LEN + ARFS_STATS_MAX_ENTRIES * ARFS_STATS_ENTRY_LEN];
 	unsigned int count;
 	unsigned int max;
 };
@@ -645,11 +609,11 @@ static void arfs_stats_flush(struct arfs_priv *p, struct arfs_stats_buf *sb)
 
 	if (!sb->count)
 		return;
-	put_unaligned_be16(sb->count, sb->body);
-	put_unaligned_be16(0, sb->body + 2);
+	put_unaligned_be16(sb->count, sb->body + ARFS_STATS_OFF_COUNT);
+	put_unaligned_be16(0, sb->body + ARFS_STATS_OFF_PAD);
 	skb = arfs_build_frame(p, ARFS_OP_STATS, (u32)atomic_inc_return(&p->seq),
 			       ARFS_FLAG_NO_REPLY, sb->body,
-			       4 + sb->count * ARFS_STATS_ENTRY_LEN);
+			       ARFS_STATS_HDR_LEN + sb->count * ARFS_STATS_ENTRY_LEN);
 	if (skb && !arfs_xmit(p, skb))
 		diag_inc(p, D_STATS_FRAMES);
 	sb->count = 0;
@@ -662,16 +626,16 @@ static void arfs_stats_put(struct arfs_priv *p, struct arfs_stats_buf *sb,
 
 	if (sb->count >= sb->max)
 		arfs_stats_flush(p, sb);
-	e = sb->body + 4 + sb->count * ARFS_STATS_ENTRY_LEN;
+	e = sb->body + ARFS_STATS_HDR_LEN + sb->count * ARFS_STATS_ENTRY_LEN;
 	memset(e, 0, ARFS_STATS_ENTRY_LEN);
-	put_unaligned_be16(id, e);
-	put_unaligned_be64(value, e + 8);
+	put_unaligned_be16(id, e + ARFS_STATS_ENTRY_OFF_ID);
+	put_unaligned_be64(value, e + ARFS_STATS_ENTRY_OFF_VALUE);
 	sb->count++;
 }
 
 static u64 arfs_ctr_read(struct arfs_priv *p, int id)
 {
-	if (id == C_HOLD_NS)
+	if (id == ARFS_CTR_HOLD_NS)
 		return READ_ONCE(hold_ns);
 	return atomic64_read(&p->ctr[id]);
 }
@@ -690,11 +654,12 @@ static void arfs_stats_work(struct work_struct *work)
 		goto again;
 	/* entries per frame: bounded by our buffer and by the device MTU */
 	room = READ_ONCE(p->dev->mtu);
-	room = room > ARFS_HDR_LEN + 4 ? (room - ARFS_HDR_LEN - 4) / ARFS_STATS_ENTRY_LEN : 1;
-	sb->max = clamp_t(unsigned int, room, 1, 90);
+	room = room > ARFS_HDR_LEN + ARFS_STATS_HDR_LEN ?
+	       (room - ARFS_HDR_LEN - ARFS_STATS_HDR_LEN) / ARFS_STATS_ENTRY_LEN : 1;
+	sb->max = clamp_t(unsigned int, room, 1, ARFS_STATS_MAX_ENTRIES);
 	sb->count = 0;
 
-	for (i = 1; i < C_NR; i++)
+	for (i = 1; i < ARFS_CTR_NR; i++)
 		arfs_stats_put(p, sb, i, arfs_ctr_read(p, i));
 	for (i = 0; i < ARFS_HIST_BUCKETS; i++)
 		arfs_stats_put(p, sb, ARFS_HIST_ID_BASE + i,
@@ -703,7 +668,7 @@ static void arfs_stats_work(struct work_struct *work)
 		for (i = 1; i < ARFS_ERR_SLOTS; i++) {
 			v = atomic64_read(&p->err[k][i]);
 			if (v)
-				arfs_stats_put(p, sb, ARFS_ERR_ID_BASE + 0x100 * k + i, v);
+				arfs_stats_put(p, sb, arfs_err_id_base[k] + i, v);
 		}
 	}
 	arfs_stats_flush(p, sb);
@@ -719,9 +684,9 @@ again:
 static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 			       unsigned int hlen, unsigned int copied)
 {
-	u8 op = buf[1] & ~ARFS_OP_COMPLETION;
-	u32 seq = get_unaligned_be32(buf + 4);
-	u16 status = get_unaligned_be16(buf + 8);
+	u8 op = buf[ARFS_HDR_OFF_OP] & ~ARFS_OP_COMPLETION;
+	u32 seq = get_unaligned_be32(buf + ARFS_HDR_OFF_SEQ);
+	u16 status = get_unaligned_be16(buf + ARFS_HDR_OFF_STATUS);
 	unsigned int need = ARFS_HDR_LEN + ARFS_TS_LEN;
 	struct arfs_cmd *cmd, *found = NULL;
 
@@ -730,7 +695,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 		diag_inc(p, D_RX_DROP_OP);
 		return;
 	}
-	if (status > MAX_ERRNO) {
+	if (status > ARFS_STATUS_MAX) {
 		diag_inc(p, D_RX_DROP_STATUS);
 		return;
 	}
@@ -775,29 +740,36 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 static void arfs_rx_event(struct arfs_priv *p, const u8 *buf,
 			  unsigned int hlen)
 {
-	u32 seq = get_unaligned_be32(buf + 4);
+	u32 seq = get_unaligned_be32(buf + ARFS_HDR_OFF_SEQ);
+	const u8 *body = buf + ARFS_HDR_LEN;
+	u8 op = buf[ARFS_HDR_OFF_OP];
 	struct arfs_rule *rule;
 	bool hit = false;
 	u32 filter_id, gap;
+	unsigned int need;
 	u16 state;
 	int t, j;
 
-	switch (buf[1]) {
+	switch (op) {
 	case ARFS_EV_RULE_AGED:
-	case ARFS_EV_ENGINE_STATE:
-		if (hlen < ARFS_HDR_LEN + 4) {
-			diag_inc(p, D_RX_DROP_BODY);
-			return;
-		}
+		need = ARFS_EV_RULE_AGED_BODY_LEN;
 		break;
 	case ARFS_EV_TABLE_FLUSHED:
+		need = ARFS_EV_TABLE_FLUSHED_BODY_LEN;
+		break;
+	case ARFS_EV_ENGINE_STATE:
+		need = ARFS_EV_ENGINE_STATE_BODY_LEN;
 		break;
 	default:
 		diag_inc(p, D_RX_DROP_OP);
 		return;
 	}
-	if (buf[1] == ARFS_EV_ENGINE_STATE &&
-	    get_unaligned_be16(buf + ARFS_HDR_LEN) > 1) {
+	if (hlen < ARFS_HDR_LEN + need) {
+		diag_inc(p, D_RX_DROP_BODY);
+		return;
+	}
+	if (op == ARFS_EV_ENGINE_STATE &&
+	    get_unaligned_be16(body + ARFS_EV_ENGINE_STATE_OFF_DISABLED) > 1) {
 		diag_inc(p, D_RX_DROP_BODY);
 		return;
 	}
@@ -813,10 +785,10 @@ static void arfs_rx_event(struct arfs_priv *p, const u8 *buf,
 	p->have_event_seq = true;
 	p->last_event_seq = seq;
 
-	switch (buf[1]) {
+	switch (op) {
 	case ARFS_EV_RULE_AGED:
 		diag_inc(p, D_EV_RULE_AGED);
-		filter_id = get_unaligned_be32(buf + ARFS_HDR_LEN);
+		filter_id = get_unaligned_be32(body + ARFS_EV_RULE_AGED_OFF_FILTER_ID);
 		hlist_for_each_entry(rule, &p->id_hash[hash_32(filter_id, p->hash_bits)],
 				     id_node) {
 			if (rule->filter_id == filter_id) {
@@ -836,7 +808,7 @@ static void arfs_rx_event(struct arfs_priv *p, const u8 *buf,
 		break;
 	case ARFS_EV_ENGINE_STATE:
 		diag_inc(p, D_EV_ENGINE_STATE);
-		state = get_unaligned_be16(buf + ARFS_HDR_LEN);
+		state = get_unaligned_be16(body + ARFS_EV_ENGINE_STATE_OFF_DISABLED);
 		if (p->engine_disabled != !!state)
 			arfs_info(p->dev, "device filter engine %s\n",
 				  state ? "disabled" : "enabled");
@@ -871,16 +843,16 @@ static int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	}
 	if (skb_copy_bits(skb, 0, buf, ARFS_HDR_LEN))
 		goto drop;
-	if (buf[0] != ARFS_PROTO_VERSION) {
+	if (buf[ARFS_HDR_OFF_VERSION] != ARFS_PROTO_VERSION) {
 		diag_inc(p, D_RX_DROP_VERSION);
 		goto drop;
 	}
-	hlen = get_unaligned_be16(buf + 2);
+	hlen = get_unaligned_be16(buf + ARFS_HDR_OFF_LENGTH);
 	if (hlen < ARFS_HDR_LEN || hlen > skb->len) {
 		diag_inc(p, D_RX_DROP_LEN);
 		goto drop;
 	}
-	if (get_unaligned_be32(buf + 12)) {
+	if (get_unaligned_be32(buf + ARFS_HDR_OFF_RESERVED)) {
 		diag_inc(p, D_RX_DROP_RESERVED);
 		goto drop;
 	}
@@ -890,7 +862,7 @@ static int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 			  copied - ARFS_HDR_LEN))
 		goto drop;
 
-	op = buf[1];
+	op = buf[ARFS_HDR_OFF_OP];
 	if (op & ARFS_OP_COMPLETION)
 		arfs_rx_completion(p, buf, hlen, copied);
 	else if (op >= ARFS_EV_RULE_AGED && op <= ARFS_EV_ENGINE_STATE)
@@ -974,9 +946,9 @@ static struct arfs_rule *arfs_alloc_rule(struct arfs_priv *p, int type,
 	hlist_add_head(&rule->hlist, arfs_hash_bucket(p, type, t->src_port, t->dst_port));
 	hlist_add_head(&rule->id_node, &p->id_hash[hash_32(rule->filter_id, p->hash_bits)]);
 
-	now = atomic64_inc_return(&p->ctr[C_RULES_NOW]);
-	if (now > atomic64_read(&p->ctr[C_RULES_PEAK]))
-		atomic64_set(&p->ctr[C_RULES_PEAK], now);
+	now = atomic64_inc_return(&p->ctr[ARFS_CTR_RULES_NOW]);
+	if (now > atomic64_read(&p->ctr[ARFS_CTR_RULES_PEAK]))
+		atomic64_set(&p->ctr[ARFS_CTR_RULES_PEAK], now);
 	return rule;
 }
 
@@ -985,7 +957,7 @@ static void arfs_unlink_rule(struct arfs_priv *p, struct arfs_rule *rule)
 {
 	hlist_del_init(&rule->hlist);
 	hlist_del_init(&rule->id_node);
-	atomic64_dec(&p->ctr[C_RULES_NOW]);
+	atomic64_dec(&p->ctr[ARFS_CTR_RULES_NOW]);
 }
 
 static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
@@ -999,7 +971,7 @@ static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 
 	if (unlikely(!p))
 		return -EPERM;
-	ctr_inc(p, C_STEER_CALLS);
+	ctr_inc(p, ARFS_CTR_STEER_CALLS);
 
 	if (!skb_flow_dissect_flow_keys(skb, &fk, 0))
 		goto noproto;
@@ -1039,7 +1011,7 @@ static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 	arfs_hold();
 	if (READ_ONCE(disabled) || p->engine_disabled || p->stopping) {
 		arfs_unlock_bh(p);
-		ctr_inc(p, C_STEER_EPERM);
+		ctr_inc(p, ARFS_CTR_STEER_EPERM);
 		return -EPERM;
 	}
 	rule = arfs_find_rule(p, type, &t);
@@ -1047,19 +1019,19 @@ static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 		if (rule->rxq == rxq_index || work_busy(&rule->arfs_work)) {
 			id = rule->filter_id;
 			arfs_unlock_bh(p);
-			ctr_inc(p, C_STEER_SAME);
+			ctr_inc(p, ARFS_CTR_STEER_SAME);
 			return id;
 		}
 		rule->rxq = rxq_index;
-		ctr_inc(p, C_STEER_UPDATE);
+		ctr_inc(p, ARFS_CTR_STEER_UPDATE);
 	} else {
 		rule = arfs_alloc_rule(p, type, &t, rxq_index, flow_id);
 		if (!rule) {
 			arfs_unlock_bh(p);
-			ctr_inc(p, C_STEER_ENOMEM);
+			ctr_inc(p, ARFS_CTR_STEER_ENOMEM);
 			return -ENOMEM;
 		}
-		ctr_inc(p, C_STEER_NEW);
+		ctr_inc(p, ARFS_CTR_STEER_NEW);
 	}
 	queue_work(p->wq, &rule->arfs_work);
 	id = rule->filter_id;
@@ -1067,7 +1039,7 @@ static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 	return id;
 
 noproto:
-	ctr_inc(p, C_STEER_EPROTONOSUPPORT);
+	ctr_inc(p, ARFS_CTR_STEER_EPROTONOSUPPORT);
 	return -EPROTONOSUPPORT;
 }
 
@@ -1085,7 +1057,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 		arfs_unlock_bh(p);
 		return;
 	}
-	ctr_inc(p, C_EXPIRE_SCANS);
+	ctr_inc(p, ARFS_CTR_EXPIRE_SCANS);
 	for (t = 0; t < ARFS_NUM_TYPES && n < quota; t++) {
 		for (j = 0; j < (1 << p->hash_bits) && n < quota; j++) {
 			hlist_for_each_entry_safe(rule, tmp, &p->tables[t][j], hlist) {
@@ -1102,7 +1074,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 			}
 		}
 	}
-	atomic64_add(scanned, &p->ctr[C_EXPIRE_SCANNED]);
+	atomic64_add(scanned, &p->ctr[ARFS_CTR_EXPIRE_SCANNED]);
 	arfs_unlock_bh(p);
 
 	hlist_for_each_entry_safe(rule, tmp, &del_list, hlist) {
@@ -1110,7 +1082,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 		if (rule->hw != ARFS_HW_NONE) {
 			rc = arfs_cmd_del(p, rule->filter_id);
 			if (!rc)
-				ctr_inc(p, C_DELS_OK);
+				ctr_inc(p, ARFS_CTR_DELS_OK);
 			else
 				arfs_count_err(p, E_DEL, rc);
 		}
@@ -1151,7 +1123,7 @@ static void arfs_rule_work(struct work_struct *work)
 		}
 		arfs_unlock_bh(p);
 		if (!rc)
-			ctr_inc(p, C_ADDS_OK);
+			ctr_inc(p, ARFS_CTR_ADDS_OK);
 		else
 			arfs_count_err(p, E_ADD, rc);
 		/* on error the rule stays in the table without a filter (mlx5) */
@@ -1166,7 +1138,7 @@ static void arfs_rule_work(struct work_struct *work)
 		}
 		arfs_unlock_bh(p);
 		if (!rc)
-			ctr_inc(p, C_MODS_OK);
+			ctr_inc(p, ARFS_CTR_MODS_OK);
 		else
 			arfs_count_err(p, E_MOD, rc);
 	}
@@ -1215,7 +1187,7 @@ static int arfs_stats_show(struct seq_file *s, void *unused)
 	struct arfs_priv *p = s->private;
 	int i;
 
-	for (i = 1; i < C_NR; i++)
+	for (i = 1; i < ARFS_CTR_NR; i++)
 		seq_printf(s, "%s: %llu\n", arfs_ctr_names[i], arfs_ctr_read(p, i));
 	for (i = 0; i < ARFS_HIST_BUCKETS; i++)
 		seq_printf(s, "cmd_latency_us_log2_%d: %lld\n", i,
@@ -1474,7 +1446,10 @@ static int arfs_build_rmap(struct arfs_priv *p)
 
 static void arfs_hello(struct arfs_priv *p)
 {
-	static const char * const layouts[] = { "per-type tables", "shared table" };
+	static const char * const layouts[] = {
+		[ARFS_CAPS_LAYOUT_PER_TYPE] = "per-type tables",
+		[ARFS_CAPS_LAYOUT_SHARED] = "shared table",
+	};
 	struct arfs_cmd *cmd;
 	const u8 *c;
 	int rc, i;
@@ -1482,19 +1457,20 @@ static void arfs_hello(struct arfs_priv *p)
 	cmd = kmalloc(sizeof(*cmd), GFP_KERNEL);
 	if (!cmd)
 		return;
-	rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL, 0, false);
+	rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL, ARFS_HELLO_BODY_LEN, false);
 	if (rc) {
 		arfs_warn(p->dev, "HELLO got no CAPS answer (%d%s); steering anyway\n", rc,
 			  rc == -ETIMEDOUT ? ": device does not speak the control protocol?" : "");
 		kfree(cmd);
 		return;
 	}
-	c = cmd->reply + ARFS_TS_LEN;
-	p->caps_queue_pairs = get_unaligned_be16(c);
-	p->caps_layout = get_unaligned_be16(c + 2);
-	for (i = 0; i < ARFS_NUM_TYPES; i++)
-		p->caps_capacity[i] = get_unaligned_be32(c + 4 + 4 * i);
-	memcpy(p->caps_profile, c + 20, ARFS_PROFILE_LEN);
+	/* the reply is the completion body: timestamps, then CAPS */
+	c = cmd->reply;
+	p->caps_queue_pairs = get_unaligned_be16(c + ARFS_CAPS_OFF_QUEUE_PAIRS);
+	p->caps_layout = get_unaligned_be16(c + ARFS_CAPS_OFF_LAYOUT);
+	for (i = 0; i < ARFS_CAPS_CAPACITY_NR; i++)
+		p->caps_capacity[i] = get_unaligned_be32(c + ARFS_CAPS_OFF_CAPACITY + 4 * i);
+	memcpy(p->caps_profile, c + ARFS_CAPS_OFF_PROFILE, ARFS_PROFILE_LEN);
 	p->caps_profile[ARFS_PROFILE_LEN] = '\0';
 	for (i = 0; i < ARFS_PROFILE_LEN && p->caps_profile[i]; i++)
 		if (!isprint(p->caps_profile[i]))
@@ -1634,7 +1610,7 @@ static void arfs_detach(struct arfs_priv *p, bool rtnl_held)
 	if (p->pt_added && netif_running(dev)) {
 		cmd = kmalloc(sizeof(*cmd), GFP_KERNEL);
 		if (cmd) {
-			rc = arfs_cmd_exec(p, cmd, ARFS_OP_FLUSH, NULL, 0, true);
+			rc = arfs_cmd_exec(p, cmd, ARFS_OP_FLUSH, NULL, ARFS_FLUSH_BODY_LEN, true);
 			if (rc)
 				arfs_warn(dev, "FLUSH on detach failed: %d\n", rc);
 			kfree(cmd);
