@@ -256,10 +256,13 @@ enum arfs_hw_state {
 	ARFS_HW_UNKNOWN,	/* ADD timed out: the device may hold it */
 };
 
+struct arfs_priv;
+
 struct arfs_rule {
 	struct hlist_node hlist;	/* tuple hash, or a private list */
 	struct hlist_node id_node;	/* filter id hash */
 	struct work_struct arfs_work;
+	struct arfs_priv *priv;
 	struct arfs_tuple tuple;
 	u8 type;
 	u8 hw;
@@ -283,6 +286,7 @@ struct arfs_cmd {
 };
 
 struct arfs_priv {
+	struct list_head node;		/* arfs_list, under RTNL */
 	struct net_device *dev;
 	netdevice_tracker dev_tracker;
 	const struct net_device_ops *orig_ops;
@@ -336,12 +340,16 @@ struct arfs_priv {
 };
 
 /*
- * The attached instance.  Set before steering is enabled and cleared only
- * after steering is off and an RCU grace period has passed, so the steer and
- * receive paths may use it without a reference.  Attach and detach run under
- * RTNL or from module init/exit.
+ * The attached instances, for module exit and the netdev notifier only; both
+ * the list and arfs_exiting are changed under RTNL.  The data paths find
+ * their instance without it: ndo_rx_flow_steer through the ops copy embedded
+ * in struct arfs_priv, the receive handler through the embedded packet_type,
+ * works through their work_struct.  An instance is freed only after its ops
+ * were replaced by the original ones, its packet handler was removed (each
+ * followed by an RCU grace period) and its works were cancelled, so those
+ * paths may use it without a reference.
  */
-static struct arfs_priv *arfs;
+static LIST_HEAD(arfs_list);
 static bool arfs_exiting;
 
 /* messages name the module and the interface, not the virtio_net driver */
@@ -821,7 +829,7 @@ static void arfs_rx_event(struct arfs_priv *p, const u8 *buf,
 static int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 		    struct packet_type *pt, struct net_device *orig_dev)
 {
-	struct arfs_priv *p = pt->af_packet_priv;
+	struct arfs_priv *p = container_of(pt, struct arfs_priv, pt);
 	u8 buf[ARFS_HDR_LEN + ARFS_MAX_REPLY];
 	unsigned int hlen, copied;
 	u8 op;
@@ -937,6 +945,7 @@ static struct arfs_rule *arfs_alloc_rule(struct arfs_priv *p, int type,
 	if (!rule)
 		return NULL;
 	INIT_WORK(&rule->arfs_work, arfs_rule_work);
+	rule->priv = p;
 	rule->tuple = *t;
 	rule->type = type;
 	rule->rxq = rxq;
@@ -961,9 +970,26 @@ static void arfs_unlink_rule(struct arfs_priv *p, struct arfs_rule *rule)
 }
 
 static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
+			      u16 rxq_index, u32 flow_id);
+
+/*
+ * The instance whose ops copy @dev uses, or NULL once the original ops are
+ * back.  Only those copies point at arfs_rx_flow_steer, and an instance
+ * outlives the RCU readers that may still see its ops (see arfs_detach()).
+ */
+static struct arfs_priv *arfs_from_netdev(const struct net_device *dev)
+{
+	const struct net_device_ops *ops = READ_ONCE(dev->netdev_ops);
+
+	if (ops->ndo_rx_flow_steer != arfs_rx_flow_steer)
+		return NULL;
+	return container_of(ops, struct arfs_priv, ops);
+}
+
+static int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 			      u16 rxq_index, u32 flow_id)
 {
-	struct arfs_priv *p = READ_ONCE(arfs);
+	struct arfs_priv *p = arfs_from_netdev(dev);
 	struct arfs_tuple t = {};
 	struct arfs_rule *rule;
 	struct flow_keys fk;
@@ -1093,7 +1119,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 static void arfs_rule_work(struct work_struct *work)
 {
 	struct arfs_rule *rule = container_of(work, struct arfs_rule, arfs_work);
-	struct arfs_priv *p = arfs;
+	struct arfs_priv *p = rule->priv;
 	struct arfs_tuple t;
 	u32 filter_id;
 	u16 rxq;
@@ -1641,16 +1667,19 @@ static int arfs_netdev_event(struct notifier_block *nb, unsigned long event,
 			     void *ptr)
 {
 	struct net_device *dev = netdev_notifier_info_to_dev(ptr);
-	struct arfs_priv *p = arfs;
+	struct arfs_priv *p, *tmp;
 
-	/* runs under RTNL, as do attach and the exit path's check */
-	if (event != NETDEV_UNREGISTER || arfs_exiting || !p || p->dev != dev)
+	/* runs under RTNL, as do attach's final section and exit's check */
+	if (event != NETDEV_UNREGISTER || arfs_exiting)
 		return NOTIFY_DONE;
-	arfs_info(dev, "interface is going away, detaching aRFS\n");
-	arfs_detach(p, true);
-	WRITE_ONCE(arfs, NULL);
-	synchronize_net();
-	kfree(p);
+	list_for_each_entry_safe(p, tmp, &arfs_list, node) {
+		if (p->dev != dev)
+			continue;
+		arfs_info(dev, "interface is going away, detaching aRFS\n");
+		list_del(&p->node);
+		arfs_detach(p, true);
+		kfree(p);
+	}
 	return NOTIFY_DONE;
 }
 
@@ -1666,8 +1695,8 @@ static int __init arfs_init(void)
 
 	/*
 	 * Registered first so that an unregistration racing with the load is
-	 * never missed: until `arfs` is set below the handler ignores events,
-	 * and the final RTNL section re-checks the device's state.
+	 * never missed: until p is on arfs_list the handler ignores it, and
+	 * the final RTNL section re-checks the device's state.
 	 */
 	rc = register_netdevice_notifier(&arfs_netdev_nb);
 	if (rc)
@@ -1723,7 +1752,6 @@ static int __init arfs_init(void)
 	p->pt.type = htons(ARFS_ETH_P);
 	p->pt.dev = dev;
 	p->pt.func = arfs_rcv;
-	p->pt.af_packet_priv = p;
 	dev_add_pack(&p->pt);
 	p->pt_added = true;
 
@@ -1745,7 +1773,7 @@ static int __init arfs_init(void)
 	p->orig_ops = dev->netdev_ops;
 	p->ops = *dev->netdev_ops;
 	p->ops.ndo_rx_flow_steer = arfs_rx_flow_steer;
-	WRITE_ONCE(arfs, p);
+	list_add_tail(&p->node, &arfs_list);
 	WRITE_ONCE(dev->netdev_ops, &p->ops);
 	WRITE_ONCE(dev->rx_cpu_rmap, p->rmap);
 	/* ops and rmap must be visible before the core sees NTUPLE */
@@ -1764,7 +1792,7 @@ static int __init arfs_init(void)
 	return 0;
 
 err:
-	/* `arfs` was never set on this path: the notifier ignores p */
+	/* p never was on arfs_list on this path: the notifier ignores it */
 	arfs_detach(p, false);
 	kfree(p);
 err_nb:
@@ -1774,20 +1802,20 @@ err_nb:
 
 static void __exit arfs_exit(void)
 {
-	struct arfs_priv *p;
+	struct arfs_priv *p, *tmp;
+	LIST_HEAD(list);
 
 	rtnl_lock();
 	arfs_exiting = true;
+	list_splice_init(&arfs_list, &list);
 	rtnl_unlock();
 	unregister_netdevice_notifier(&arfs_netdev_nb);
 
-	p = arfs;
-	if (!p)
-		return;
-	arfs_detach(p, false);
-	WRITE_ONCE(arfs, NULL);
-	synchronize_net();
-	kfree(p);
+	list_for_each_entry_safe(p, tmp, &list, node) {
+		list_del(&p->node);
+		arfs_detach(p, false);
+		kfree(p);
+	}
 }
 
 module_init(arfs_init);
