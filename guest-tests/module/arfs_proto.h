@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * arfsnic in-band control protocol, version 1: the wire facts shared by the
+ * guest module and the emulated device (docs/control-protocol.md).
+ *
+ * This header holds protocol facts only.  Each numeric constant is one line
+ * "#define ARFS_<NAME> <integer literal>" (decimal or 0x hex, no expression),
+ * optionally followed by a comment, so that other tools can read it.
+ *
+ * Every multi-byte field is big-endian.  ARFS_HDR_OFF_* are offsets from the
+ * start of the 16-byte header (right after the Ethernet header); all other
+ * ARFS_*_OFF_* are offsets from the start of the body, i.e. right after the
+ * header, except ARFS_STATS_ENTRY_OFF_*, which are relative to one entry.
+ */
+#ifndef ARFS_PROTO_H
+#define ARFS_PROTO_H
+
+/* ---- framing ----------------------------------------------------------- */
+
+#define ARFS_ETH_P			0x88B5	/* ETH_P_802_EX1 */
+#define ARFS_PROTO_VERSION		1
+
+/* source MAC of every device frame: 02:a5:f1:c0:00:01 */
+#define ARFS_DEVICE_MAC_0		0x02
+#define ARFS_DEVICE_MAC_1		0xa5
+#define ARFS_DEVICE_MAC_2		0xf1
+#define ARFS_DEVICE_MAC_3		0xc0
+#define ARFS_DEVICE_MAC_4		0x00
+#define ARFS_DEVICE_MAC_5		0x01
+
+/* ---- header (16 bytes) ------------------------------------------------- */
+
+#define ARFS_HDR_LEN			16
+#define ARFS_HDR_OFF_VERSION		0	/* u8 */
+#define ARFS_HDR_OFF_OP			1	/* u8 */
+#define ARFS_HDR_OFF_LENGTH		2	/* u16: header + body */
+#define ARFS_HDR_OFF_SEQ		4	/* u32 */
+#define ARFS_HDR_OFF_STATUS		8	/* u16: 0 or a positive errno */
+#define ARFS_HDR_OFF_FLAGS		10	/* u16 */
+#define ARFS_HDR_OFF_RESERVED		12	/* u32: 0 */
+
+#define ARFS_FLAG_NO_REPLY		0x0001	/* set on STATS */
+#define ARFS_STATUS_MAX			4095	/* larger completion status: malformed */
+
+/* ---- op codes ---------------------------------------------------------- */
+
+#define ARFS_OP_HELLO			0x01
+#define ARFS_OP_ADD			0x02
+#define ARFS_OP_MOD			0x03
+#define ARFS_OP_DEL			0x04
+#define ARFS_OP_FLUSH			0x05
+#define ARFS_OP_STATS			0x06
+#define ARFS_OP_QUERY			0x07
+#define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
+
+#define ARFS_EV_RULE_AGED		0x40
+#define ARFS_EV_TABLE_FLUSHED		0x41
+#define ARFS_EV_ENGINE_STATE		0x42
+
+/* ---- request bodies ---------------------------------------------------- */
+
+#define ARFS_HELLO_BODY_LEN		0
+#define ARFS_FLUSH_BODY_LEN		0
+
+#define ARFS_ADD_BODY_LEN		44
+#define ARFS_ADD_OFF_FILTER_ID		0	/* u32 */
+#define ARFS_ADD_OFF_RXQ		4	/* u16 */
+#define ARFS_ADD_OFF_IP_VERSION		6	/* u8: 4 or 6 */
+#define ARFS_ADD_OFF_L4_PROTO		7	/* u8: 6 (TCP) or 17 (UDP) */
+#define ARFS_ADD_OFF_SRC_ADDR		8	/* 16 bytes, IPv4 in the first 4 */
+#define ARFS_ADD_OFF_DST_ADDR		24	/* 16 bytes, IPv4 in the first 4 */
+#define ARFS_ADD_OFF_SRC_PORT		40	/* u16 */
+#define ARFS_ADD_OFF_DST_PORT		42	/* u16 */
+#define ARFS_ADD_ADDR_LEN		16
+#define ARFS_ADD_IP_VERSION_4		4
+#define ARFS_ADD_IP_VERSION_6		6
+
+#define ARFS_MOD_BODY_LEN		8
+#define ARFS_MOD_OFF_FILTER_ID		0	/* u32 */
+#define ARFS_MOD_OFF_RXQ		4	/* u16 */
+#define ARFS_MOD_OFF_PAD		6	/* u16: 0 */
+
+#define ARFS_DEL_BODY_LEN		4
+#define ARFS_DEL_OFF_FILTER_ID		0	/* u32 */
+
+#define ARFS_QUERY_BODY_LEN		4
+#define ARFS_QUERY_OFF_FILTER_ID	0	/* u32 (request) */
+
+/* STATS: u16 count, u16 pad, then count entries */
+#define ARFS_STATS_HDR_LEN		4
+#define ARFS_STATS_OFF_COUNT		0	/* u16 */
+#define ARFS_STATS_OFF_PAD		2	/* u16: 0 */
+#define ARFS_STATS_ENTRY_LEN		16
+#define ARFS_STATS_ENTRY_OFF_ID		0	/* u16 */
+#define ARFS_STATS_ENTRY_OFF_PAD	2	/* u16 + u32: 0 */
+#define ARFS_STATS_ENTRY_OFF_VALUE	8	/* u64 */
+
+/* ---- completion bodies ------------------------------------------------- */
+
+/* every completion body starts with three device timestamps (ns) */
+#define ARFS_TS_LEN			24
+#define ARFS_TS_OFF_ENQUEUE_NS		0	/* u64 */
+#define ARFS_TS_OFF_START_NS		8	/* u64 */
+#define ARFS_TS_OFF_FINISH_NS		16	/* u64 */
+
+/* CAPS: after the timestamps of HELLO's completion with status 0 */
+#define ARFS_CAPS_LEN			52
+#define ARFS_CAPS_OFF_QUEUE_PAIRS	24	/* u16 */
+#define ARFS_CAPS_OFF_LAYOUT		26	/* u16 */
+#define ARFS_CAPS_OFF_CAPACITY		28	/* 4 x u32: v4/tcp v4/udp v6/tcp v6/udp */
+#define ARFS_CAPS_OFF_PROFILE		44	/* ARFS_PROFILE_LEN bytes, NUL-padded */
+#define ARFS_CAPS_CAPACITY_NR		4
+#define ARFS_CAPS_LAYOUT_PER_TYPE	0
+#define ARFS_CAPS_LAYOUT_SHARED		1
+#define ARFS_PROFILE_LEN		32
+
+/* QUERY reply: after the timestamps of QUERY's completion with status 0 */
+#define ARFS_QUERY_REPLY_LEN		12
+#define ARFS_QUERY_OFF_RXQ		24	/* u16 */
+#define ARFS_QUERY_OFF_PAD		26	/* u16 */
+#define ARFS_QUERY_OFF_HITS		28	/* u64 */
+
+/* ---- event bodies ------------------------------------------------------ */
+
+#define ARFS_EV_RULE_AGED_BODY_LEN		4
+#define ARFS_EV_RULE_AGED_OFF_FILTER_ID		0	/* u32 */
+#define ARFS_EV_TABLE_FLUSHED_BODY_LEN		0
+#define ARFS_EV_ENGINE_STATE_BODY_LEN		4
+#define ARFS_EV_ENGINE_STATE_OFF_DISABLED	0	/* u16: 0 or 1 */
+#define ARFS_EV_ENGINE_STATE_OFF_PAD		2	/* u16 */
+
+/* ---- STATS counter ids ------------------------------------------------- */
+
+#define ARFS_CTR_STEER_CALLS		1
+#define ARFS_CTR_STEER_NEW		2
+#define ARFS_CTR_STEER_UPDATE		3
+#define ARFS_CTR_STEER_SAME		4
+#define ARFS_CTR_ADDS_OK		5
+#define ARFS_CTR_MODS_OK		6
+#define ARFS_CTR_DELS_OK		7
+#define ARFS_CTR_LOCK_ACQUIRED		8
+#define ARFS_CTR_LOCK_CONTENDED		9
+#define ARFS_CTR_LOCK_WAIT_NS_TOTAL	10
+#define ARFS_CTR_LOCK_WAIT_NS_MAX	11
+#define ARFS_CTR_RULES_NOW		12
+#define ARFS_CTR_RULES_PEAK		13
+#define ARFS_CTR_EXPIRE_SCANS		14
+#define ARFS_CTR_EXPIRE_SCANNED		15
+#define ARFS_CTR_CMD_TIMEOUTS		16
+#define ARFS_CTR_STEER_EPERM		17
+#define ARFS_CTR_STEER_ENOMEM		18
+#define ARFS_CTR_STEER_EPROTONOSUPPORT	19
+#define ARFS_CTR_HOLD_NS		20	/* a gauge: the hold_ns parameter */
+#define ARFS_CTR_NR			21	/* one past the last named id */
+
+/* command latency histogram: id ARFS_HIST_ID_BASE + bucket */
+#define ARFS_HIST_BUCKETS		24
+#define ARFS_HIST_ID_BASE		0x100
+
+/* error counters: id base + errno, errno 1 .. 254; slot 255 takes >= 255 */
+#define ARFS_ADD_ERR_ID_BASE		0x200
+#define ARFS_MOD_ERR_ID_BASE		0x300
+#define ARFS_DEL_ERR_ID_BASE		0x400
+#define ARFS_ERR_SLOTS			256
+
+#endif /* ARFS_PROTO_H */
