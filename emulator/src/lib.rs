@@ -1,19 +1,18 @@
 //! arfsnic: a multiqueue NIC emulator with RSS, an aRFS ntuple filter table and
 //! firmware-like command latency, served to QEMU over vhost-user.
 //!
-//! Layers, bottom up: [`wire`] (frame formats) → [`model`] (RSS, filter table, command
-//! engine, counters; no vhost imports) → `vhost` (vhost-user adapter) → traffic
-//! sources → reports.
+//! Layers, bottom up; each imports only those below it (`tests/layers.rs` checks it):
+//! [`wire`] (bytes ↔ typed values) → [`model`] (RSS, filter table, command engine) →
+//! [`device`] (the emulated NIC assembled, control runtime) → [`vhost`] (vhost-user
+//! adapter) and [`traffic`] (link partner, tap) → [`report`]'s [`report::schema`] (the
+//! typed run report) → [`runner`] (scenarios, QEMU, one run, the demo) → the rest of
+//! [`report`] (tables, chart, compare) and [`cli`]. docs/architecture.md draws it.
 
-pub mod baseline;
 pub mod cli;
-pub mod demo;
 pub mod device;
 pub mod model;
 pub mod report;
-pub mod results;
 pub mod runner;
-pub mod scenario;
 pub mod traffic;
 pub mod vhost;
 pub mod wire;

@@ -1,6 +1,10 @@
-//! `arfsnic compare`: a report against a baseline, on small synthetic reports.
+//! `arfsnic compare` and `arfsnic results`: small synthetic reports, written as the typed
+//! report serialises, then bent where a test needs a broken file.
 
-use serde_json::{json, Value};
+use arfsnic::report::schema::{DriverReport, GuestReport};
+use arfsnic::report::{Report, RunReport, SCHEMA_VERSION};
+use arfsnic::traffic::partner::LinkStats;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -16,28 +20,50 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// One run as `arfsnic run --json` writes it (the fields the comparison reads, plus a few).
+/// One run as `arfsnic run --json` writes it.
 fn run(label: &str, steer_per_s: f64) -> Value {
-    json!({
-        "label": label,
-        "sysctls": { "net.core.arfs_llc_affinity": "0" },
-        "profile": "mlx5-cx6",
-        "link": {
-            "requests": 20022, "responses": 20022, "lost": 0,
-            "rtt_us_p50": 485.0, "rtt_us_p99": 73215.0, "responses_per_s": 1999.9
+    let r = RunReport {
+        label: label.into(),
+        sysctls: [("net.core.arfs_llc_affinity".to_string(), "0".to_string())].into_iter().collect(),
+        profile: "mlx5-cx6".into(),
+        link: LinkStats {
+            requests: 20022,
+            responses: 20022,
+            rtt_us_p50: 485.0,
+            rtt_us_p99: 73215.0,
+            responses_per_s: 1999.9,
+            ..Default::default()
         },
-        "guest": {
-            "module": true,
-            "steer_calls_per_s": steer_per_s, "adds_per_s": 4.9, "mods_per_s": 12.0, "dels_per_s": 0.1,
-            "add_errors": {}, "lock_contended_pct": 3.9
+        guest: GuestReport {
+            module: true,
+            driver: Some(DriverReport {
+                steer_calls_per_s: Some(steer_per_s),
+                adds_per_s: Some(4.9),
+                mods_per_s: Some(12.0),
+                dels_per_s: Some(0.1),
+                lock_contended_pct: 3.9,
+                ..Default::default()
+            }),
+            ..Default::default()
         },
-        "device": { "flows_misdelivered": 0, "rx_dropped_no_buffer": 0, "flows_compared_with_guest": 64 },
-        "flows_stuck_without_filter": 0
-    })
+        flows_stuck_without_filter: Some(0),
+        ..Default::default()
+    };
+    serde_json::to_value(r).unwrap()
 }
 
 fn report(scenario: &str, runs: Vec<Value>) -> Value {
-    json!({ "scenario": scenario, "kernel": "patched-6.12", "accel": "tcg", "queues": 4, "runs": runs })
+    let r = Report {
+        schema_version: SCHEMA_VERSION,
+        scenario: scenario.into(),
+        kernel: "patched-6.12".into(),
+        accel: "tcg".into(),
+        queues: 4,
+        ..Default::default()
+    };
+    let mut v = serde_json::to_value(r).unwrap();
+    v["runs"] = Value::Array(runs);
+    v
 }
 
 fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
@@ -66,7 +92,7 @@ fn identical_reports_pass() {
     assert!(o.status.success(), "{o:?}");
     let out = stdout(&o);
     assert!(out.contains("guest.steer_calls_per_s"), "{out}");
-    // lock_wait_us_per_s is absent (an older report): listed as skipped.
+    // No lock_wait_us_per_s (no rate window): listed as skipped.
     assert!(out.contains("skipped: sysctl=0/guest.lock_wait_us_per_s, sysctl=1/guest.lock_wait_us_per_s"), "{out}");
 }
 
@@ -129,7 +155,15 @@ fn bad_inputs_name_the_file_field_or_flag() {
     let nolabel = write(dir.path(), "nolabel.json", &v);
     let o = arfsnic(&["compare", "--baseline", nolabel.to_str().unwrap(), "--report", good]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("nolabel.json") && stderr(&o).contains("runs[1].label"), "{o:?}");
+    assert!(stderr(&o).contains("nolabel.json") && stderr(&o).contains("`runs[1]`: missing field `label`"), "{o:?}");
+
+    // A report of another schema version is refused by name.
+    let mut v = baseline();
+    v["schema_version"] = 7.into();
+    let other = write(dir.path(), "v7.json", &v);
+    let o = arfsnic(&["compare", "--baseline", other.to_str().unwrap(), "--report", good]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("v7.json: schema_version 7, this arfsnic reads version 1"), "{o:?}");
 
     let o = arfsnic(&["compare", "--baseline", good, "--report", good, "--max-regress=-5"]);
     assert!(!o.status.success());
@@ -143,4 +177,36 @@ fn bad_inputs_name_the_file_field_or_flag() {
     let o = arfsnic(&["run", "--scenario", "no-such-scenario.toml", "--max-regress", "10"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(stderr(&o).contains("--baseline"), "{o:?}");
+}
+
+/// `arfsnic results` prints the table of report files and regenerates a document's
+/// marked section from them.
+#[test]
+fn results_prints_and_updates_a_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut v = baseline();
+    v["runs"][1]["sysctls"]["net.core.arfs_llc_affinity"] = "1".into();
+    let r = write(dir.path(), "llc-within.json", &v);
+    let r = r.to_str().unwrap();
+    let o = arfsnic(&["results", r]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("llc-within: Steer-C/s at sysctl=1 is"), "{o:?}");
+    let o = arfsnic(&["results", "--markdown", r]);
+    assert!(stdout(&o).starts_with("| scenario | sysctl | Steer-C/s |"), "{o:?}");
+
+    let doc = dir.path().join("doc.md");
+    std::fs::write(&doc, "# t\n<!-- results:demo -->\nold\n<!-- /results:demo -->\ntail\n").unwrap();
+    let o = arfsnic(&["results", "--markdown", "--update", doc.to_str().unwrap(), "--name", "demo", r]);
+    assert!(o.status.success(), "{o:?}");
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert!(text.starts_with("# t\n<!-- results:demo -->\n<!-- generated by `arfsnic results`"), "{text}");
+    assert!(
+        !text.contains("old")
+            && text.contains("| llc-within | 0 | 680.0 |")
+            && text.ends_with("<!-- /results:demo -->\ntail\n"),
+        "{text}"
+    );
+    let o = arfsnic(&["results", "--update", doc.to_str().unwrap(), "--name", "other", r]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no <!-- results:other --> ... <!-- /results:other --> markers"), "{o:?}");
 }

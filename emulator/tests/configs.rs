@@ -2,7 +2,7 @@
 
 use arfsnic::model::profile::Profile;
 use arfsnic::runner::resolve_profile;
-use arfsnic::scenario::Scenario;
+use arfsnic::runner::scenario::Scenario;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {

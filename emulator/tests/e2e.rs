@@ -8,10 +8,6 @@ use common::{root, run_scenario};
 use serde_json::Value;
 use std::process::Command;
 
-fn u64s(v: &Value) -> Vec<u64> {
-    v.as_array().map(|a| a.iter().map(|x| x.as_u64().unwrap()).collect()).unwrap_or_default()
-}
-
 fn smoke_toml() -> String {
     std::fs::read_to_string(root().join("configs/scenarios/smoke.toml")).unwrap()
 }
@@ -22,25 +18,21 @@ fn smoke_toml() -> String {
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn smoke_rss_matches_classify_and_guest_counts() {
     let r = run_scenario("smoke", &smoke_toml(), &[]);
-    let run = &r["runs"][0];
-    let link = &run["link"];
-    assert!(link["requests"].as_u64().unwrap() > 1000, "{link}");
-    assert_eq!(link["lost"], 0, "every response must arrive: {link}");
-    assert_eq!(link["requests"], link["responses"]);
-    let dev = u64s(&run["device"]["rx_packets_per_queue"]);
-    let guest = u64s(&run["guest_rx_packets_per_queue"]);
+    let run = &r.runs[0];
+    let link = &run.link;
+    assert!(link.requests > 1000, "{link:?}");
+    assert_eq!(link.lost, 0, "every response must arrive: {link:?}");
+    assert_eq!(link.requests, link.responses);
+    let dev = &run.device.rx_packets_per_queue;
+    let guest = &run.guest_rx_packets_per_queue;
     assert_eq!(dev.len(), 4);
     assert_eq!(guest, dev, "guest and device per-queue RX counts");
     assert!(dev.iter().all(|&n| n > 0), "RSS spreads 64 flows over all 4 queues: {dev:?}");
-    assert_eq!(run["device"]["flows_misdelivered"], 0);
-    assert_eq!(run["device"]["flows_compared_with_guest"], 64, "every flow compared with the guest's view");
+    assert_eq!(run.device.flows_misdelivered, 0);
+    assert_eq!(run.device.flows_compared_with_guest, 64, "every flow compared with the guest's view");
     // Each flow's queue is what `classify` says.
-    for f in run["link"]["per_flow"].as_array().unwrap() {
-        let flow = format!(
-            "udp 10.99.0.1:{} 10.99.0.2:{}",
-            f["partner_port"].as_u64().unwrap(),
-            f["guest_port"].as_u64().unwrap()
-        );
+    for f in &run.link.per_flow {
+        let flow = format!("udp 10.99.0.1:{} 10.99.0.2:{}", f.partner_port, f.guest_port);
         let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
             .args(["classify", "--profile", "configs/mlx5-cx6.toml", "--queues", "4", "--json", "--flow", &flow])
             .current_dir(root())
@@ -48,7 +40,7 @@ fn smoke_rss_matches_classify_and_guest_counts() {
             .unwrap();
         let c: Value = serde_json::from_slice(&o.stdout).unwrap();
         let q = c["queue"].as_u64().unwrap() as usize;
-        let counts = u64s(&f["queue_counts"]);
+        let counts = &f.queue_counts;
         assert_eq!(counts.iter().sum::<u64>(), counts[q], "flow {flow}: {counts:?}, classify says queue {q}");
     }
 }
@@ -59,12 +51,12 @@ fn smoke_rss_matches_classify_and_guest_counts() {
 fn three_queues_boot_and_pass_traffic() {
     let t = smoke_toml().replace("queues = 4", "queues = 3").replace("duration_s = 10", "duration_s = 5");
     let r = run_scenario("queues3", &t, &[]);
-    let run = &r["runs"][0];
-    assert_eq!(run["link"]["lost"], 0);
-    let dev = u64s(&run["device"]["rx_packets_per_queue"]);
+    let run = &r.runs[0];
+    assert_eq!(run.link.lost, 0);
+    let dev = &run.device.rx_packets_per_queue;
     assert_eq!(dev.len(), 3);
     assert!(dev.iter().all(|&n| n > 0), "{dev:?}");
-    assert_eq!(u64s(&run["guest_rx_packets_per_queue"]), dev);
+    assert_eq!(&run.guest_rx_packets_per_queue, dev);
 }
 
 /// One backend process serves two QEMU runs back to back.
@@ -74,15 +66,15 @@ fn one_backend_serves_two_qemu_runs() {
     let t = smoke_toml().replace("duration_s = 10", "duration_s = 4")
         + "\n[[runs]]\nlabel = \"first\"\n\n[[runs]]\nlabel = \"second\"\n";
     let r = run_scenario("two-runs", &t, &[]);
-    assert_eq!(r["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(r.runs.len(), 2);
     // One vhost-user connection per QEMU: one per run, plus one per boot that failed
     // and was retried (boot_attempts).
-    let boots: u64 = r["runs"].as_array().unwrap().iter().map(|run| run["boot_attempts"].as_u64().unwrap()).sum();
+    let boots: u64 = r.runs.iter().map(|run| u64::from(run.boot_attempts)).sum();
     assert!(boots >= 2);
-    assert_eq!(r["backend"]["connections"], boots);
-    for run in r["runs"].as_array().unwrap() {
-        assert!(run["link"]["responses"].as_u64().unwrap() > 0, "{}", run["label"]);
-        assert_eq!(run["link"]["lost"], 0, "{}", run["label"]);
+    assert_eq!(r.backend.connections, boots);
+    for run in &r.runs {
+        assert!(run.link.responses > 0, "{}", run.label);
+        assert_eq!(run.link.lost, 0, "{}", run.label);
     }
 }
 

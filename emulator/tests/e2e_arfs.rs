@@ -4,8 +4,8 @@
 
 mod common;
 
+use arfsnic::report::Report;
 use common::{root, run_scenario};
-use serde_json::Value;
 
 /// The steer scenario: 4 vCPUs as 2 LLCs, 4 queues, RFS configured, workers hopping
 /// across LLCs, the module loaded.
@@ -16,24 +16,24 @@ fn steer_toml(kernel: &str, duration: u32) -> String {
         .replace("duration_s = 10", &format!("duration_s = {duration}"))
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn check_steering(r: &Value) {
-    let run = &r["runs"][0];
-    let g = &run["guest"];
-    let f = &run["device"]["filter"];
-    assert_eq!(g["module"], true, "the guest module must have reported STATS");
-    assert!(u(&g["steer_calls"]) > 0, "steer_calls: {g}");
-    assert!(u(&f["adds"]) > 0, "device adds: {f}");
-    assert_eq!(run["link"]["lost"], 0);
-    assert_eq!(run["device"]["flows_misdelivered"], 0);
-    assert!(u(&run["device"]["flows_compared_with_guest"]) > 0);
+fn check_steering(r: &Report) {
+    let run = &r.runs[0];
+    let g = run.driver().expect("the guest module must have reported STATS");
+    let f = &run.device.filter.summary;
+    assert!(run.guest.module);
+    assert!(g.steer_calls > 0, "steer_calls: {g:?}");
+    assert!(f.adds > 0, "device adds: {f:?}");
+    assert_eq!(run.link.lost, 0);
+    assert_eq!(run.device.flows_misdelivered, 0);
+    assert!(run.device.flows_compared_with_guest > 0);
     // Guest and device agree on completed commands; the last STATS frame may be up to
     // 100 ms old, so allow the few commands that can complete in that time.
-    for (gk, dk) in [("adds_ok", "adds"), ("mods_ok", "mods"), ("dels_ok", "dels")] {
-        let (gv, dv) = (u(&g[gk]) as i64, u(&f[dk]) as i64);
+    for (gk, gv, dk, dv) in [
+        ("adds_ok", g.adds_ok, "adds", f.adds),
+        ("mods_ok", g.mods_ok, "mods", f.mods),
+        ("dels_ok", g.dels_ok, "dels", f.dels),
+    ] {
+        let (gv, dv) = (gv as i64, dv as i64);
         assert!((gv - dv).abs() <= 4, "{gk} {gv} (guest) vs {dk} {dv} (device)");
     }
     // Per flow: once a filter was installed, the flow's packets were steered by it.
@@ -42,26 +42,25 @@ fn check_steering(r: &Value) {
     // packet (then no packet could use it). Together with flows_misdelivered == 0 (the
     // guest received every flow's last packet on the queue the device chose) this checks
     // steering end to end.
-    let per_flow = run["link"]["per_flow"].as_array().unwrap();
     let mut steered = 0;
-    for fl in run["flows"].as_array().unwrap() {
-        let Some(id) = fl["filter"].as_u64() else { continue };
-        let lf = &per_flow[fl["flow"].as_u64().unwrap() as usize];
-        match lf["last_filter"].as_u64() {
+    for fl in &run.flows {
+        let Some(id) = fl.filter else { continue };
+        let lf = &run.link.per_flow[fl.flow as usize];
+        match lf.last_filter {
             Some(last) if last == id => steered += 1,
             // Another filter steered the last packet: the live one must have been
             // installed after the traffic ended (the old rule expired, a new ADD landed).
             Some(_) => {
-                let since = fl["filter_since_s"].as_f64().unwrap();
-                let end = run["duration_s"].as_f64().unwrap();
-                assert!(since >= end - 0.1, "flow {fl}: last packet steered by another filter ({lf})");
+                let since = fl.filter_since_s.unwrap();
+                let end = run.duration_s.unwrap();
+                assert!(since >= end - 0.1, "flow {fl:?}: last packet steered by another filter ({lf:?})");
             }
             // Its live filter was installed after the flow's last packet.
             None => {}
         }
     }
     assert!(steered > 0, "no flow was steered by its live filter at the end");
-    assert!(u(&run["device"]["filter_delivered"]) > 0);
+    assert!(run.device.filter_delivered > 0);
 }
 
 #[test]
@@ -91,11 +90,11 @@ fn driver_sees_the_device_latency() {
     assert!(prof.contains("us = 50 }"));
     let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"lat50.toml\"");
     let r = run_scenario("lat50", &t, &[("lat50.toml", prof)]);
-    let run = &r["runs"][0];
-    assert!(run["device"]["filter"]["cmd_latency_us_p50"].as_f64().unwrap() >= 50.0);
+    let run = &r.runs[0];
+    assert!(run.device.filter.summary.cmd_latency_us_p50 >= 50.0);
     // The driver's p50 lies in a log2 bucket; its lower edge must be >= 50 us.
-    let p50 = &run["guest"]["cmd_latency_us_p50"];
-    assert!(p50["lo_us"].as_f64().unwrap() >= 50.0, "driver-observed p50 bucket {p50}");
+    let p50 = run.driver().unwrap().cmd_latency_us_p50.unwrap();
+    assert!(p50.lo_us >= 50.0, "driver-observed p50 bucket {p50:?}");
 }
 
 /// 30 % of ADDs fail with ENOSPC: the driver counts exactly the device's rejects.
@@ -107,9 +106,9 @@ fn enospc_counts_agree() {
     assert!(prof.contains("ENOSPC"));
     let t = steer_toml("debian-6.12", 6).replace("profile = \"mlx5-cx6\"", "profile = \"enospc.toml\"");
     let r = run_scenario("enospc", &t, &[("enospc.toml", prof)]);
-    let run = &r["runs"][0];
-    let dev = u(&run["device"]["filter"]["add_rejects"]["ENOSPC"]);
-    let guest = u(&run["guest"]["add_errors"]["ENOSPC"]);
+    let run = &r.runs[0];
+    let dev = run.device.filter.summary.add_rejects["ENOSPC"];
+    let guest = run.driver().unwrap().add_errors["ENOSPC"];
     assert!(dev > 0);
     assert_eq!(guest, dev, "guest ENOSPC count vs device rejects");
 }
@@ -121,14 +120,14 @@ fn enospc_counts_agree() {
 fn rmmod_under_load_is_clean() {
     let t = steer_toml("debian-6.12", 8).replace("module = true", "module = true\nrmmod_at_s = 4");
     let r = run_scenario("rmmod", &t, &[]);
-    let run = &r["runs"][0];
-    let sys = &run["guest"]["system"];
-    assert_eq!(sys["dmesg_warnings"], 0, "guest kernel log: {}", sys["dmesg_warnings"]);
-    let rm = sys["rmmod"].to_string();
+    let run = &r.runs[0];
+    let sys = &run.guest.system;
+    assert_eq!(sys.dmesg_warnings, 0, "guest kernel log: {}", sys.dmesg_warnings);
+    let rm = sys.rmmod.join("; ");
     assert!(rm.contains("ok") && !rm.contains("failed"), "rmmod: {rm}");
-    assert!(u(&run["device"]["filter"]["adds"]) > 0, "steering happened before the unload");
-    assert_eq!(run["device"]["filter"]["rules_now"], 0, "device table after unload");
-    assert!(u(&run["link"]["responses"]) > 0);
+    assert!(run.device.filter.summary.adds > 0, "steering happened before the unload");
+    assert_eq!(run.device.filter.summary.rules_now, 0, "device table after unload");
+    assert!(run.link.responses > 0);
 }
 
 /// After the load stops (and RFS lets go of the flows), the driver expires every rule
@@ -138,10 +137,11 @@ fn rmmod_under_load_is_clean() {
 fn rules_expire_after_the_load() {
     let t = steer_toml("debian-6.12", 6).replace("module = true", "module = true\nexpire_after_load_s = 4");
     let r = run_scenario("expire", &t, &[]);
-    let run = &r["runs"][0];
-    let f = &run["device"]["filter"];
-    assert!(u(&f["adds"]) > 0);
-    assert_eq!(f["rules_now"], 0, "device table after the load: {f}");
-    assert_eq!(run["guest"]["rules_now"], 0, "driver's table after the load");
-    assert_eq!(u(&run["guest"]["dels_ok"]), u(&f["dels"]));
+    let run = &r.runs[0];
+    let f = &run.device.filter.summary;
+    let g = run.driver().unwrap();
+    assert!(f.adds > 0);
+    assert_eq!(f.rules_now, 0, "device table after the load: {f:?}");
+    assert_eq!(g.rules_now, 0, "driver's table after the load");
+    assert_eq!(g.dels_ok, f.dels);
 }

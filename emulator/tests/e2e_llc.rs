@@ -7,49 +7,47 @@
 
 mod common;
 
-use arfsnic::report::STUCK_AFTER_MS;
+use arfsnic::report::{Report, RunReport};
+use arfsnic::runner::flows::STUCK_AFTER_MS;
 use common::{root, run_scenario};
-use serde_json::Value;
+
+const SYSCTL: &str = "net.core.arfs_llc_affinity";
 
 /// Interleaved rounds of the llc-across pair; the median of 7 fails only when 4 runs of
 /// one setting are "storms" (docs/results.md; none seen at the scenario's 200 ms hop
 /// period, about one in five at 100 ms).
 const ROUNDS: usize = 7;
 
-fn scenario(name: &str) -> Value {
+fn scenario(name: &str) -> Report {
     let text = std::fs::read_to_string(root().join(format!("configs/scenarios/{name}.toml"))).unwrap();
     run_scenario(name, &text, &[])
 }
 
+fn sysctl_of(run: &RunReport) -> Option<&str> {
+    run.sysctls.get(SYSCTL).map(String::as_str)
+}
+
 /// The run with `net.core.arfs_llc_affinity` = `v`.
-fn run_with(r: &Value, v: &str) -> Value {
-    r["runs"]
-        .as_array()
-        .unwrap()
+fn run_with<'a>(r: &'a Report, v: &str) -> &'a RunReport {
+    r.runs
         .iter()
-        .find(|run| run["sysctls"]["net.core.arfs_llc_affinity"] == v)
-        .unwrap_or_else(|| panic!("no run with arfs_llc_affinity={v} in {}", r["scenario"]))
-        .clone()
+        .find(|run| sysctl_of(run) == Some(v))
+        .unwrap_or_else(|| panic!("no run with arfs_llc_affinity={v} in {}", r.scenario))
 }
 
-fn steer_rate(run: &Value) -> f64 {
-    assert_eq!(run["guest"]["module"], true, "the guest module must have reported STATS: {}", run["label"]);
-    run["guest"]["steer_calls_per_s"].as_f64().unwrap_or_else(|| panic!("no steer rate in {}", run["label"]))
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+fn steer_rate(run: &RunReport) -> f64 {
+    assert!(run.guest.module, "the guest module must have reported STATS: {}", run.label);
+    run.driver().and_then(|g| g.steer_calls_per_s).unwrap_or_else(|| panic!("no steer rate in {}", run.label))
 }
 
 /// Every run served traffic, on the patched kernel, with the sysctl really set; the first
 /// runs with the sysctl at 0 and at 1.
-fn check_runs(r: &Value) -> (Value, Value) {
-    assert_eq!(r["kernel"], "patched-6.12");
-    for run in r["runs"].as_array().unwrap() {
-        assert!(u(&run["link"]["responses"]) > 1000, "{}: too little traffic: {}", run["label"], run["link"]);
-        let set = &run["guest"]["system"]["sysctls"];
-        let want = &run["sysctls"]["net.core.arfs_llc_affinity"];
-        assert_eq!(&set["net.core.arfs_llc_affinity"], want, "{}: the guest's sysctl: {set}", run["label"]);
+fn check_runs(r: &Report) -> (&RunReport, &RunReport) {
+    assert_eq!(r.kernel, "patched-6.12");
+    for run in &r.runs {
+        assert!(run.link.responses > 1000, "{}: too little traffic: {:?}", run.label, run.link);
+        let set = &run.guest.system.sysctls;
+        assert_eq!(set.get(SYSCTL).map(String::as_str), sysctl_of(run), "{}: the guest's sysctl: {set:?}", run.label);
     }
     (run_with(r, "0"), run_with(r, "1"))
 }
@@ -72,14 +70,8 @@ fn interleaved(text: &str, n: usize) -> String {
 /// which the shared host stalls the TCG guest has more repeated steer calls (packets
 /// still arriving on the old queue while a MOD waits); the median keeps such runs from
 /// deciding the check unless they are the majority (docs/results.md).
-fn median_steer_rate(r: &Value, v: &str) -> f64 {
-    let mut rates: Vec<f64> = r["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|run| run["sysctls"]["net.core.arfs_llc_affinity"] == v)
-        .map(steer_rate)
-        .collect();
+fn median_steer_rate(r: &Report, v: &str) -> f64 {
+    let mut rates: Vec<f64> = r.runs.iter().filter(|run| sysctl_of(run) == Some(v)).map(steer_rate).collect();
     assert!(!rates.is_empty(), "no run with arfs_llc_affinity={v}");
     rates.sort_by(f64::total_cmp);
     rates[rates.len() / 2]
@@ -90,12 +82,12 @@ fn median_steer_rate(r: &Value, v: &str) -> f64 {
 fn llc_within_sysctl_removes_steering() {
     let r = scenario("llc-within");
     let (off, on) = check_runs(&r);
-    let (s0, s1) = (steer_rate(&off), steer_rate(&on));
+    let (s0, s1) = (steer_rate(off), steer_rate(on));
     println!("llc-within: Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), {:.1}%", 100.0 * s1 / s0);
     assert!(s0 > 50.0, "moves inside an LLC must steer with the sysctl off: {s0:.1}/s");
     assert!(s1 <= 0.05 * s0, "sysctl=1 must cut Steer-C/s to <= 5% of sysctl=0: {s1:.1} vs {s0:.1}");
     // The flows still got their first filter with the sysctl on.
-    assert!(u(&on["device"]["filter"]["adds"]) > 0);
+    assert!(on.device.filter.summary.adds > 0);
 }
 
 #[test]
@@ -106,10 +98,9 @@ fn llc_across_keeps_steering() {
     let text = std::fs::read_to_string(root().join("configs/scenarios/llc-across.toml")).unwrap();
     let r = run_scenario("llc-across", &interleaved(&text, ROUNDS), &[]);
     check_runs(&r);
-    assert_eq!(r["runs"].as_array().unwrap().len(), 2 * ROUNDS);
+    assert_eq!(r.runs.len(), 2 * ROUNDS);
     let (s0, s1) = (median_steer_rate(&r, "0"), median_steer_rate(&r, "1"));
-    let each: Vec<String> =
-        r["runs"].as_array().unwrap().iter().map(|run| format!("{} {:.1}", run["label"], steer_rate(run))).collect();
+    let each: Vec<String> = r.runs.iter().map(|run| format!("{} {:.1}", run.label, steer_rate(run))).collect();
     println!("llc-across runs: {}", each.join(", "));
     println!(
         "llc-across: median Steer-C/s {s0:.1} (sysctl=0) -> {s1:.1} (sysctl=1), ratio {:.2}, {ROUNDS} rounds",
@@ -124,29 +115,25 @@ fn llc_across_keeps_steering() {
 fn stale_filter_hazard() {
     let r = scenario("stale-filter");
     let (off, on) = check_runs(&r);
-    for run in [&off, &on] {
-        let g = &run["guest"];
+    for run in [off, on] {
+        let g = run.driver().expect("the guest module reported");
         // The EPERM window happened: the driver refused steering while it lasted ...
-        assert!(u(&g["counters"]["steer_eperm"]) > 0, "{}: no refused steer: {}", run["label"], g["counters"]);
+        let eperm = g.counters.get("steer_eperm").copied().unwrap_or(0);
+        assert!(eperm > 0, "{}: no refused steer: {:?}", run.label, g.counters);
         // ... and was over long before the end.
-        assert_eq!(run["device"]["control"]["engine"]["disabled"], false, "{}", run["label"]);
+        assert!(!run.device.control.engine.disabled, "{}", run.label);
     }
-    let stuck = |run: &Value| u(&run["flows_stuck_without_filter"]);
-    println!("stale-filter: flows stuck without filter: sysctl=0 {}, sysctl=1 {}", stuck(&off), stuck(&on));
-    assert!(stuck(&on) > 0, "sysctl=1 must leave flows stuck without a filter after the window");
-    assert!(stuck(&off) <= 1, "sysctl=0 must re-steer them: {} stuck", stuck(&off));
+    let stuck = |run: &RunReport| run.flows_stuck_without_filter.expect("the module ran");
+    println!("stale-filter: flows stuck without filter: sysctl=0 {}, sysctl=1 {}", stuck(off), stuck(on));
+    assert!(stuck(on) > 0, "sysctl=1 must leave flows stuck without a filter after the window");
+    assert!(stuck(off) <= 1, "sysctl=0 must re-steer them: {} stuck", stuck(off));
     // With the sysctl off, filters were installed after the window (3 s into the traffic).
-    let late = off["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["filter_since_s"].as_f64().is_some_and(|t| t >= 3.0))
-        .count();
+    let late = off.flows.iter().filter(|f| f.filter_since_s.is_some_and(|t| t >= 3.0)).count();
     assert!(late > 0, "sysctl=0: no filter installed after the EPERM window");
     // Every stuck flow has no live filter, has gone through RSS for a while and crosses
     // LLCs (docs/measuring.md).
-    for f in on["flows"].as_array().unwrap().iter().filter(|f| f["stuck_without_filter"] == true) {
-        let rss_ms = f["via_rss_only_ms"].as_u64();
-        assert!(f["filter"].is_null() && f["same_llc"] == false && rss_ms >= Some(STUCK_AFTER_MS), "{f}");
+    for f in on.flows.iter().filter(|f| f.stuck_without_filter) {
+        let ok = f.filter.is_none() && f.same_llc == Some(false) && f.via_rss_only_ms >= Some(STUCK_AFTER_MS);
+        assert!(ok, "{f:?}");
     }
 }

@@ -28,6 +28,8 @@ pub enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
+    /// Print the steer-rate table of report files (`arfsnic run --json`, the demo's NAME.json), as text or markdown.
+    Results(ResultsArgs),
     /// Run a scenario: backend + QEMU + guest kernel, traffic, JSON report.
     Run(RunArgs),
     /// Serve the emulated NIC on a vhost-user socket for a QEMU you start yourself (see qemu/README.md).
@@ -61,7 +63,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "B.json")]
     pub baseline: Option<PathBuf>,
     /// With --baseline: allowed worsening of a metric, in percent (default 10); a metric must also exceed its floor.
-    #[arg(long, value_name = "PCT", requires = "baseline", value_parser = crate::baseline::parse_max_regress)]
+    #[arg(long, value_name = "PCT", requires = "baseline", value_parser = crate::report::baseline::parse_max_regress)]
     pub max_regress: Option<f64>,
 }
 
@@ -74,8 +76,24 @@ pub struct CompareArgs {
     #[arg(long, value_name = "A.json")]
     pub report: PathBuf,
     /// Allowed worsening of a metric, in percent; a metric must also exceed its floor.
-    #[arg(long, value_name = "PCT", default_value_t = crate::baseline::DEFAULT_MAX_REGRESS_PCT, value_parser = crate::baseline::parse_max_regress)]
+    #[arg(long, value_name = "PCT", default_value_t = crate::report::baseline::DEFAULT_MAX_REGRESS_PCT, value_parser = crate::report::baseline::parse_max_regress)]
     pub max_regress: f64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ResultsArgs {
+    /// Report files; their runs become the table's rows, in this order.
+    #[arg(required = true, value_name = "REPORT.json")]
+    pub reports: Vec<PathBuf>,
+    /// Print a markdown table (for README and docs/results.md) instead of the aligned text.
+    #[arg(long)]
+    pub markdown: bool,
+    /// Replace the lines between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in FILE with the table instead of printing it (NAME is --name).
+    #[arg(long, value_name = "FILE", requires = "name")]
+    pub update: Option<PathBuf>,
+    /// The marker name for --update.
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -84,7 +102,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "demo-out")]
     pub out: PathBuf,
     /// Scenarios to run (names in configs/scenarios/ or files), comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = crate::demo::DEFAULT_SCENARIOS.map(String::from))]
+    #[arg(long, value_delimiter = ',', default_values_t = crate::runner::demo::DEFAULT_SCENARIOS.map(String::from))]
     pub scenarios: Vec<String>,
     /// auto (KVM if it really works, else TCG), kvm or tcg.
     #[arg(long, value_parser = ["auto", "kvm", "tcg"])]
@@ -122,6 +140,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo(&a),
         Command::Compare(a) => compare(&a),
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
+        Command::Results(a) => results(&a),
         Command::Run(a) => run(&a),
         Command::Serve(a) => serve::run(&a),
     };
@@ -136,9 +155,9 @@ pub fn main() -> ExitCode {
 
 fn run(a: &RunArgs) -> anyhow::Result<()> {
     // A bad baseline fails before the (long) run, not after it.
-    let baseline = a.baseline.as_deref().map(|p| crate::baseline::Report::load(p, "baseline")).transpose()?;
+    let baseline = a.baseline.as_deref().map(|p| crate::report::baseline::Report::load(p, "baseline")).transpose()?;
     if let Some(b) = &baseline {
-        let name = crate::scenario::Scenario::load(&a.scenario)?.name;
+        let name = crate::runner::scenario::Scenario::load(&a.scenario)?.name;
         if name != b.scenario {
             anyhow::bail!("{} is for scenario {:?}, {} is {:?}", b.source, b.scenario, a.scenario.display(), name);
         }
@@ -151,7 +170,7 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         quiet: a.quiet,
     };
     let report = crate::runner::run_scenario(&a.scenario, &opts)?;
-    let text = serde_json::to_string_pretty(&report)?;
+    let text = report.to_json_pretty();
     match &a.json {
         Some(p) => {
             std::fs::write(p, &text)?;
@@ -159,29 +178,29 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         }
         None => println!("{text}"),
     }
-    print!("{}", crate::report::summary_table(&report));
+    print!("{}", crate::report::table::summary_table(&report));
     if let Some(b) = &baseline {
         let source = a.json.as_ref().map_or_else(|| "report".to_string(), |p| format!("report {}", p.display()));
-        let current = crate::baseline::Report::from_value(&report, &source).map_err(anyhow::Error::msg)?;
-        check_baseline(b, &current, a.max_regress.unwrap_or(crate::baseline::DEFAULT_MAX_REGRESS_PCT))?;
+        let current = crate::report::baseline::Report::from_report(&report, &source).map_err(anyhow::Error::msg)?;
+        check_baseline(b, &current, a.max_regress.unwrap_or(crate::report::baseline::DEFAULT_MAX_REGRESS_PCT))?;
     }
     Ok(())
 }
 
 fn compare(a: &CompareArgs) -> anyhow::Result<()> {
-    let b = crate::baseline::Report::load(&a.baseline, "baseline")?;
-    let current = crate::baseline::Report::load(&a.report, "report")?;
+    let b = crate::report::baseline::Report::load(&a.baseline, "baseline")?;
+    let current = crate::report::baseline::Report::load(&a.report, "report")?;
     check_baseline(&b, &current, a.max_regress)
 }
 
 /// Print the comparison table; an error naming every regressed metric.
 fn check_baseline(
-    b: &crate::baseline::Report,
-    current: &crate::baseline::Report,
+    b: &crate::report::baseline::Report,
+    current: &crate::report::baseline::Report,
     max_regress: f64,
 ) -> anyhow::Result<()> {
-    let o = crate::baseline::compare(b, current, max_regress)?;
-    print!("{}", crate::baseline::render_table(&o));
+    let o = crate::report::baseline::compare(b, current, max_regress)?;
+    print!("{}", crate::report::baseline::render_table(&o));
     match o.regression_message() {
         Some(m) => anyhow::bail!("against {}: {m}", b.source),
         None => Ok(()),
@@ -189,7 +208,7 @@ fn check_baseline(
 }
 
 fn demo(a: &DemoArgs) -> anyhow::Result<()> {
-    let o = crate::demo::DemoOptions {
+    let o = crate::runner::demo::DemoOptions {
         out: a.out.clone(),
         scenarios: a.scenarios.clone(),
         accel: a.accel.clone(),
@@ -198,26 +217,59 @@ fn demo(a: &DemoArgs) -> anyhow::Result<()> {
         no_provision: a.no_provision,
         quiet: a.quiet,
     };
-    let r = crate::demo::run_demo(&o)?;
-    let rows: Vec<_> = r.reports.iter().flat_map(crate::results::rows).collect();
+    let r = crate::runner::demo::run_demo(&o)?;
+    let outputs = crate::report::results::write_outputs(&o.out, &r.reports)?;
+    let rows: Vec<_> = r.reports.iter().flat_map(crate::report::results::rows).collect();
     let first = &r.reports[0];
+    let duration = first.runs.first().and_then(|x| x.duration_s).map_or_else(|| "-".into(), |d| d.to_string());
     println!(
-        "\nsteer rate of {} ({}, {} vCPUs: {}), {} s of traffic per run\n",
-        first["kernel"].as_str().unwrap_or("?"),
-        first["accel"].as_str().unwrap_or("?"),
-        first["vcpus"],
-        first["topology"].as_str().unwrap_or("?"),
-        first["runs"][0]["duration_s"],
+        "\nsteer rate of {} ({}, {} vCPUs: {}), {duration} s of traffic per run\n",
+        first.kernel, first.accel, first.vcpus, first.topology,
     );
-    print!("{}", crate::results::table(&rows));
+    print!("{}", crate::report::results::table(&rows));
     println!();
-    for p in [&r.outputs.json, &r.outputs.csv, &r.outputs.svg] {
+    for p in [&outputs.json, &outputs.csv, &outputs.svg] {
         println!("wrote {}", p.display());
     }
     println!(
         "wall time {:.0} s (provisioning {:.0} s, kernel {:.0} s, runs {:.0} s)",
         r.wall_s, r.provision_s, r.kernel_s, r.runs_s
     );
+    Ok(())
+}
+
+/// `arfsnic results`: the steer-rate table of report files, printed or written between
+/// a document's markers, so README and docs/results.md are regenerated, not retyped.
+fn results(a: &ResultsArgs) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for p in &a.reports {
+        rows.extend(crate::report::results::rows(&crate::report::Report::load(p, "report")?));
+    }
+    let table = match (a.markdown, a.update.is_some()) {
+        (true, _) => crate::report::results::markdown(&rows),
+        // Text inside a document goes in a code block.
+        (false, true) => format!("```\n{}```\n", crate::report::results::table(&rows)),
+        (false, false) => crate::report::results::table(&rows),
+    };
+    let (Some(file), Some(name)) = (&a.update, &a.name) else {
+        print!("{table}");
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("--update {}: {e}", file.display()))?;
+    let (open, close) = (format!("<!-- results:{name} -->"), format!("<!-- /results:{name} -->"));
+    let (Some(i), Some(j)) = (text.find(&open), text.find(&close)) else {
+        anyhow::bail!("--update {}: no {open} ... {close} markers in it", file.display());
+    };
+    anyhow::ensure!(i < j, "--update {}: {close} comes before {open}", file.display());
+    let sources: Vec<String> = a.reports.iter().map(|p| p.display().to_string()).collect();
+    let new = format!(
+        "{}{open}\n<!-- generated by `arfsnic results` from {}; do not edit by hand -->\n{table}{}",
+        &text[..i],
+        sources.join(", "),
+        &text[j..]
+    );
+    std::fs::write(file, new).map_err(|e| anyhow::anyhow!("--update {}: {e}", file.display()))?;
+    eprintln!("updated {} ({name}: {} rows)", file.display(), rows.len());
     Ok(())
 }
 

@@ -24,10 +24,11 @@ use super::guest::{Guest, GuestRates};
 use super::nic::EmulatedNic;
 use super::ports::{ControlPlane, RxError};
 use super::snapshot::{ControlSnapshot, FilterSummary, FrameCounters, RuleView};
-use crate::model::engine::{Command, Completion, Engine, EngineStats, Event, Fault, Op, Output};
+use crate::model::engine::{Command, Completion, Engine, Event, Fault, Op, Output};
 use crate::model::filter::{Action, FilterTable, Layout};
 use crate::model::profile::Profile;
 use crate::wire::control::{self as wire, Caps, CompletionBody, CompletionMsg, DecodeError, EventMsg, Header, Request};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -289,10 +290,6 @@ impl ControlRuntime {
         self.shared.clock
     }
 
-    pub fn caps(&self) -> &Caps {
-        &self.shared.caps
-    }
-
     /// Handle one control frame from the TX queue of `pair`.
     pub fn handle_frame(&self, pair: u16, frame: &[u8]) {
         let sh = &*self.shared;
@@ -333,7 +330,7 @@ impl ControlRuntime {
             }
         }
         g.guest_mac = Some(src);
-        *g.frames.requests.entry(op_name(header.op)).or_default() += 1;
+        *g.frames.requests.entry(Cow::Borrowed(op_name(header.op))).or_default() += 1;
         let quiet = no_reply(&header);
         match req {
             Request::Hello if quiet => g.frames.completions_suppressed += 1,
@@ -368,7 +365,7 @@ impl ControlRuntime {
 
     fn reply_bad(g: &mut Inner, pair: u16, src: [u8; 6], e: &DecodeError, kind: &'static str, out: &mut Vec<Outgoing>) {
         g.frames.bad += 1;
-        *g.frames.bad_by_kind.entry(kind).or_default() += 1;
+        *g.frames.bad_by_kind.entry(Cow::Borrowed(kind)).or_default() += 1;
         log::debug!("control: pair {pair}: {kind}: {e}");
         let (Some(h), Some(status)) = (e.header(), e.errno()) else { return };
         if no_reply(h) {
@@ -433,10 +430,6 @@ impl ControlRuntime {
     /// before `to_ns` (device clock).
     pub fn guest_rates(&self, from_ns: u64, to_ns: u64) -> Option<GuestRates> {
         self.shared.lock().guest.rates(from_ns, to_ns)
-    }
-
-    pub fn engine_stats(&self) -> EngineStats {
-        self.shared.lock().engine.stats()
     }
 
     pub fn table(&self) -> Arc<FilterTable> {

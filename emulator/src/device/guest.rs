@@ -3,7 +3,7 @@
 //! samples and percentiles of the driver's command latency histogram.
 
 use crate::wire::control::{counter, CounterId, LAT_HIST_BUCKETS};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -43,7 +43,7 @@ pub struct GuestRates {
 
 /// A latency percentile from the guest's log2 histogram: the bucket it falls in,
 /// `[lo_us, hi_us)` (`hi_us` is `None` for the last, open bucket).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BucketPercentile {
     pub lo_us: f64,
     pub hi_us: Option<f64>,

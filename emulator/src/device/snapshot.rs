@@ -6,11 +6,12 @@ use super::guest::StatsSample;
 use crate::model::engine::EngineStats;
 use crate::model::filter::{Action, PartitionStats, RuleSnapshot};
 use crate::wire::FlowKey;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The device's filter counters, in the shape of the report's `device.filter` object.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FilterSummary {
     /// Commands that completed successfully.
     pub adds: u64,
@@ -33,17 +34,17 @@ pub struct FilterSummary {
 }
 
 /// Control frame counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameCounters {
     /// Control frames handed to the runtime.
     pub received: u64,
     /// Well-formed requests by op name (hello, add, mod, del, flush, stats, query).
-    pub requests: BTreeMap<&'static str, u64>,
+    pub requests: BTreeMap<Cow<'static, str>, u64>,
     /// Malformed, unknown or otherwise refused frames.
     pub bad: u64,
     /// By kind: too_short, truncated_header, bad_version, unknown_op, bad_length,
     /// bad_body, bad_ip_version, bad_l4_proto, bad_address, bad_queue, not_control.
-    pub bad_by_kind: BTreeMap<&'static str, u64>,
+    pub bad_by_kind: BTreeMap<Cow<'static, str>, u64>,
     /// Error completions sent for bad frames (a part of `completions_sent`).
     pub error_completions: u64,
     /// Answers not sent because the request was STATS or had NO_REPLY set.

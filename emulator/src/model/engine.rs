@@ -26,7 +26,8 @@ use crate::wire::FlowKey;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -142,7 +143,7 @@ pub enum Fault {
 }
 
 /// Latency percentiles of one operation, microseconds (enqueue to finish).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub count: u64,
     pub p50_us: f64,
@@ -151,7 +152,7 @@ pub struct LatencySummary {
     pub max_us: f64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct OpStats {
     pub submitted: u64,
     pub completed_ok: u64,
@@ -160,7 +161,7 @@ pub struct OpStats {
     pub latency: LatencySummary,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EngineStats {
     pub queue_depth_now: usize,
     pub queue_depth_max: usize,
@@ -171,7 +172,7 @@ pub struct EngineStats {
     pub fault_flushes: u64,
     pub stalls: u64,
     pub disabled: bool,
-    pub ops: BTreeMap<&'static str, OpStats>,
+    pub ops: BTreeMap<Cow<'static, str>, OpStats>,
 }
 
 struct Pending {
@@ -564,7 +565,7 @@ impl Engine {
                 p99_us: q(0.99),
                 max_us: h.max() as f64 / 1000.0,
             };
-            s.ops.insert(op.name(), o);
+            s.ops.insert(Cow::Borrowed(op.name()), o);
         }
         s
     }

@@ -60,7 +60,7 @@ pub enum FilterError {
     #[error("no filter with id {0}")]
     UnknownId(u32),
     #[error("table {partition} is full ({capacity} rules)")]
-    TableFull { partition: &'static str, capacity: usize },
+    TableFull { partition: std::borrow::Cow<'static, str>, capacity: usize },
 }
 
 impl FilterError {
@@ -119,9 +119,9 @@ impl Rule {
 }
 
 /// Counters of one partition (one of the four mlx5 tables, or the shared table).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PartitionStats {
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub capacity: usize,
     pub rules_now: usize,
     pub rules_peak: usize,
@@ -152,7 +152,8 @@ impl FilterTable {
             Layout::PerType => &PER_TYPE_NAMES,
             Layout::Shared => &["shared"],
         };
-        let parts = names.iter().map(|&name| PartitionStats { name, capacity, ..Default::default() }).collect();
+        let parts =
+            names.iter().map(|&name| PartitionStats { name: name.into(), capacity, ..Default::default() }).collect();
         FilterTable {
             map: DashMap::with_hasher(ahash::RandomState::new()),
             ctrl: Mutex::new(Ctrl { by_id: HashMap::with_hasher(ahash::RandomState::new()), parts }),
@@ -197,7 +198,7 @@ impl FilterTable {
         let p = self.partition_of(&key);
         let part = &mut c.parts[p];
         if part.rules_now >= part.capacity {
-            return Err(FilterError::TableFull { partition: part.name, capacity: part.capacity });
+            return Err(FilterError::TableFull { partition: part.name.clone(), capacity: part.capacity });
         }
         part.rules_now += 1;
         part.rules_peak = part.rules_peak.max(part.rules_now);
@@ -370,7 +371,7 @@ mod tests {
         }
         assert!(matches!(
             t.insert(10, key(5, L4Proto::Tcp), Action::Queue(0), 0),
-            Err(FilterError::TableFull { partition: "ipv4-tcp", capacity: 2 })
+            Err(FilterError::TableFull { ref partition, capacity: 2 }) if partition == "ipv4-tcp"
         ));
         // The UDP table still has room.
         t.insert(11, key(5, L4Proto::Udp), Action::Queue(0), 0).unwrap();

@@ -6,8 +6,11 @@
 //! connects to the same socket. Every phase has a timeout; a failure names the phase
 //! and shows the tail of the serial log.
 
+pub mod demo;
 pub mod env;
+pub mod flows;
 pub mod qemu;
+pub mod scenario;
 
 use crate::device::clock::Clock;
 use crate::device::control::{ControlRuntime, Schedule};
@@ -15,13 +18,17 @@ use crate::device::snapshot::ControlSnapshot;
 use crate::device::EmulatedNic;
 use crate::model::nic::{Nic, NicSnapshot};
 use crate::model::profile::Profile;
-use crate::scenario::{Run, Scenario};
-use crate::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig};
+use crate::report::schema::{
+    BackendSummary, ControlReport, DeviceReport, DriverReport, FilterReport, GuestReport, GuestSystem, PerSecond,
+    Report, RunLogs, RunReport, SCHEMA_VERSION,
+};
+use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig};
 use crate::vhost::{Backend, BackendCounters, ServeConfig};
 use crate::wire::MacAddr;
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{json, Value};
+use scenario::{Run, Scenario};
+use serde_json::Value;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -157,8 +164,8 @@ fn partner_config(s: &Scenario) -> PartnerConfig {
         rate_pps: u64::from(s.traffic.rate_pps),
         payload: s.traffic.payload,
         mode: match s.traffic.mode {
-            crate::scenario::LoopMode::Closed => LoopMode::Closed,
-            crate::scenario::LoopMode::Open => LoopMode::Open,
+            scenario::LoopMode::Closed => LoopMode::Closed,
+            scenario::LoopMode::Open => LoopMode::Open,
         },
         window: s.traffic.window,
         drain_ms: 500,
@@ -166,23 +173,25 @@ fn partner_config(s: &Scenario) -> PartnerConfig {
     }
 }
 
-/// Per-queue differences of two snapshots.
-fn nic_delta(a: &NicSnapshot, b: &NicSnapshot) -> Value {
+/// Per-queue differences of two snapshots (the rest of the device report is filled in
+/// by the caller).
+fn nic_delta(a: &NicSnapshot, b: &NicSnapshot) -> DeviceReport {
     let q = |f: &dyn Fn(&crate::model::nic::QueueSnapshot) -> u64| -> Vec<u64> {
         b.queues.iter().zip(&a.queues).map(|(y, x)| f(y) - f(x)).collect()
     };
-    json!({
-        "rx_packets_per_queue": q(&|s| s.rx_packets),
-        "rss_delivered_per_queue": q(&|s| s.rss_delivered),
-        "filter_delivered_per_queue": q(&|s| s.filter_delivered),
-        "control_delivered_per_queue": q(&|s| s.control_delivered),
-        "rx_dropped_no_buffer_per_queue": q(&|s| s.dropped_no_buffer),
-        "rss_delivered": q(&|s| s.rss_delivered).iter().sum::<u64>(),
-        "filter_delivered": q(&|s| s.filter_delivered).iter().sum::<u64>(),
-        "rx_dropped_no_buffer": q(&|s| s.dropped_no_buffer).iter().sum::<u64>(),
-        "dropped_by_filter": q(&|s| s.dropped_by_filter).iter().sum::<u64>(),
-        "malformed": b.malformed - a.malformed,
-    })
+    DeviceReport {
+        rx_packets_per_queue: q(&|s| s.rx_packets),
+        rss_delivered_per_queue: q(&|s| s.rss_delivered),
+        filter_delivered_per_queue: q(&|s| s.filter_delivered),
+        control_delivered_per_queue: q(&|s| s.control_delivered),
+        rx_dropped_no_buffer_per_queue: q(&|s| s.dropped_no_buffer),
+        rss_delivered: q(&|s| s.rss_delivered).iter().sum::<u64>(),
+        filter_delivered: q(&|s| s.filter_delivered).iter().sum::<u64>(),
+        rx_dropped_no_buffer: q(&|s| s.dropped_no_buffer).iter().sum::<u64>(),
+        dropped_by_filter: q(&|s| s.dropped_by_filter).iter().sum::<u64>(),
+        malformed: b.malformed - a.malformed,
+        ..DeviceReport::default()
+    }
 }
 
 fn tx_delta(a: &BackendCounters, b: &BackendCounters) -> Vec<u64> {
@@ -237,7 +246,7 @@ fn run_one(
     run: &Run,
     idx: usize,
     attempt: u32,
-) -> anyhow::Result<Value> {
+) -> anyhow::Result<RunReport> {
     let s = &ctx.scenario;
     let profile_spec = run.profile.clone().unwrap_or_else(|| s.profile.clone());
     let profile_path = resolve_profile(&profile_spec, &ctx.root, &ctx.scenario_dir)?;
@@ -388,158 +397,121 @@ fn run_one(
             q.serial_log.display()
         );
     }
-    let mut device = nic_delta(&nic0, &nic1);
-    device["tx_packets_per_queue"] = json!(tx_delta(&be0, &be1));
-    let (misdelivered, compared) = flows_misdelivered(&link, &guest);
-    device["flows_misdelivered"] = json!(misdelivered);
-    device["flows_compared_with_guest"] = json!(compared);
-    device["profile"] = json!(profile.name);
-
+    let (misdelivered, compared) = flows::flows_misdelivered(&link, &guest);
     // Guest and device must agree on what each RX queue received.
     let guest_q: Vec<u64> = guest["rx_packets_per_queue"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    device["filter"] = filter_json(&snap);
-    device["control"] = json!({ "frames": snap.frames, "engine": snap.engine, "partitions": snap.partitions });
-    let flows = crate::report::flow_view(&link, &guest, &rules, window.0);
-    let stuck = flows.iter().filter(|f| f.stuck_without_filter).count();
-    let sysctls = s.sysctls_for(run);
-    Ok(json!({
-        "label": run.label,
-        "sysctls": sysctls,
-        "duration_s": traffic_started.map(|_| traffic_for.as_secs_f64()),
-        "profile": profile.name,
-        "link": link,
-        "device": device,
-        "guest_rx_packets_per_queue": guest_q,
-        "guest": guest_json_obj(&snap, rates, &guest, window),
-        "flows": flows,
-        "flows_stuck_without_filter": if s.guest.module { json!(stuck) } else { Value::Null },
-        "guest_cpu_pct": guest_cpu_pct(&guest),
-        "logs": { "serial": q.serial_log, "qemu_stderr": q.stderr_log },
-    }))
-}
-
-fn filter_json(snap: &ControlSnapshot) -> Value {
-    let f = &snap.filter;
-    json!({
-        "adds": f.adds, "mods": f.mods, "dels": f.dels, "flushes": f.flushes,
-        "rejects": f.rejects, "add_rejects": f.add_rejects, "mod_rejects": f.mod_rejects, "del_rejects": f.del_rejects,
-        "rules_now": f.rules_now, "rules_peak": f.rules_peak,
-        "cmd_latency_us_p50": f.cmd_latency_us_p50, "cmd_latency_us_p99": f.cmd_latency_us_p99,
-        "aged_out": snap.engine.aged_out,
+    let device = DeviceReport {
+        tx_packets_per_queue: tx_delta(&be0, &be1),
+        flows_misdelivered: misdelivered,
+        flows_compared_with_guest: compared,
+        profile: profile.name.clone(),
+        filter: FilterReport { summary: snap.filter.clone(), aged_out: snap.engine.aged_out },
+        control: ControlReport {
+            frames: snap.frames.clone(),
+            engine: snap.engine.clone(),
+            partitions: snap.partitions.clone(),
+        },
+        ..nic_delta(&nic0, &nic1)
+    };
+    let flows = flows::flow_view(&link, &guest, &rules, window.0);
+    let stuck = flows.iter().filter(|f| f.stuck_without_filter).count() as u64;
+    let guest_cpu_pct = flows::guest_cpu_pct(&guest);
+    let system: GuestSystem = serde_json::from_value(guest)
+        .with_context(|| format!("the guest's JSON block has an unexpected shape (see {})", q.serial_log.display()))?;
+    Ok(RunReport {
+        label: run.label.clone(),
+        sysctls: s.sysctls_for(run),
+        duration_s: traffic_started.map(|_| traffic_for.as_secs_f64()),
+        profile: profile.name.clone(),
+        link,
+        device,
+        guest_rx_packets_per_queue: guest_q,
+        guest: guest_report(&snap, rates, system, window),
+        flows,
+        flows_stuck_without_filter: s.guest.module.then_some(stuck),
+        guest_cpu_pct,
+        logs: RunLogs { serial: q.serial_log.clone(), qemu_stderr: q.stderr_log.clone() },
+        boot_attempts: 0,
+        boot_failures: Vec::new(),
     })
 }
 
 /// The report's `guest` object: the driver's counters from its STATS frames (when the
 /// guest module ran) and the guest system's own view (`system`).
-fn guest_json_obj(
+fn guest_report(
     snap: &ControlSnapshot,
     rates: Option<crate::device::guest::GuestRates>,
-    system: &Value,
+    system: GuestSystem,
     (traffic_start_ns, traffic_end_ns): (u64, u64),
-) -> Value {
-    let mut g = json!({ "module": snap.guest.is_some(), "system": system });
-    if let Some(st) = &snap.guest {
+) -> GuestReport {
+    let driver = snap.guest.as_ref().map(|st| {
         let c = |k: &str| st.counters.get(k).copied().unwrap_or(0);
         let acq = c("lock_acquired");
-        g["steer_calls"] = json!(c("steer_calls"));
-        g["steer_calls_per_s"] = json!(rates.map(|r| r.steer_calls_per_s));
-        g["adds_per_s"] = json!(rates.map(|r| r.adds_per_s));
-        g["mods_per_s"] = json!(rates.map(|r| r.mods_per_s));
-        g["dels_per_s"] = json!(rates.map(|r| r.dels_per_s));
-        g["lock_contended_pct_window"] = json!(rates.map(|r| r.lock_contended_pct));
-        g["lock_wait_us_per_s"] = json!(rates.map(|r| r.lock_wait_us_per_s));
-        g["rates_window_s"] = json!(rates.map(|r| r.window_s));
-        g["rates_from_s"] = json!(rates.map(|r| (r.from_ns as f64 - traffic_start_ns as f64) / 1e9));
-        g["per_second"] = json!(per_second(&snap.series, traffic_start_ns, traffic_end_ns));
-        g["steer_new"] = json!(c("steer_new"));
-        g["steer_update"] = json!(c("steer_update"));
-        g["steer_same"] = json!(c("steer_same"));
-        g["adds_ok"] = json!(c("adds_ok"));
-        g["mods_ok"] = json!(c("mods_ok"));
-        g["dels_ok"] = json!(c("dels_ok"));
-        g["add_errors"] = json!(st.add_errors);
-        g["mod_errors"] = json!(st.mod_errors);
-        g["del_errors"] = json!(st.del_errors);
-        g["lock_acquired"] = json!(acq);
-        g["lock_contended"] = json!(c("lock_contended"));
-        g["lock_contended_pct"] = json!(if acq > 0 { 100.0 * c("lock_contended") as f64 / acq as f64 } else { 0.0 });
-        g["lock_wait_ns"] = json!(c("lock_wait_ns_total"));
-        g["lock_wait_ns_max"] = json!(c("lock_wait_ns_max"));
-        g["rules_now"] = json!(c("rules_now"));
-        g["rules_peak"] = json!(c("rules_peak"));
-        g["expire_scans"] = json!(c("expire_scans"));
-        g["expire_scanned"] = json!(c("expire_scanned"));
-        g["cmd_timeouts"] = json!(c("cmd_timeouts"));
-        g["cmd_latency_us_p50"] = json!(st.lat_us_p50);
-        g["cmd_latency_us_p90"] = json!(st.lat_us_p90);
-        g["cmd_latency_us_p99"] = json!(st.lat_us_p99);
-        g["cmd_latency_hist_log2_us"] = json!(st.lat_hist_us);
-        g["stats_reports"] = json!(st.reports);
-        g["counters"] = json!(st.counters);
-    }
-    g
+        DriverReport {
+            steer_calls: c("steer_calls"),
+            steer_calls_per_s: rates.map(|r| r.steer_calls_per_s),
+            adds_per_s: rates.map(|r| r.adds_per_s),
+            mods_per_s: rates.map(|r| r.mods_per_s),
+            dels_per_s: rates.map(|r| r.dels_per_s),
+            lock_contended_pct_window: rates.map(|r| r.lock_contended_pct),
+            lock_wait_us_per_s: rates.map(|r| r.lock_wait_us_per_s),
+            rates_window_s: rates.map(|r| r.window_s),
+            rates_from_s: rates.map(|r| (r.from_ns as f64 - traffic_start_ns as f64) / 1e9),
+            per_second: per_second(&snap.series, traffic_start_ns, traffic_end_ns),
+            steer_new: c("steer_new"),
+            steer_update: c("steer_update"),
+            steer_same: c("steer_same"),
+            adds_ok: c("adds_ok"),
+            mods_ok: c("mods_ok"),
+            dels_ok: c("dels_ok"),
+            add_errors: st.add_errors.clone(),
+            mod_errors: st.mod_errors.clone(),
+            del_errors: st.del_errors.clone(),
+            lock_acquired: acq,
+            lock_contended: c("lock_contended"),
+            lock_contended_pct: if acq > 0 { 100.0 * c("lock_contended") as f64 / acq as f64 } else { 0.0 },
+            lock_wait_ns: c("lock_wait_ns_total"),
+            lock_wait_ns_max: c("lock_wait_ns_max"),
+            rules_now: c("rules_now"),
+            rules_peak: c("rules_peak"),
+            expire_scans: c("expire_scans"),
+            expire_scanned: c("expire_scanned"),
+            cmd_timeouts: c("cmd_timeouts"),
+            cmd_latency_us_p50: st.lat_us_p50,
+            cmd_latency_us_p90: st.lat_us_p90,
+            cmd_latency_us_p99: st.lat_us_p99,
+            cmd_latency_hist_log2_us: st.lat_hist_us.clone(),
+            stats_reports: st.reports,
+            counters: st.counters.clone(),
+        }
+    });
+    GuestReport { module: snap.guest.is_some(), system, driver }
 }
 
 /// The driver's counters second by second over the traffic (like `funccount -i 1`):
 /// for second k, the difference between the last STATS samples at or before
 /// start + k s and start + (k+1) s. Seconds without a sample on either side are left out.
-pub fn per_second(series: &[crate::device::guest::StatsSample], start_ns: u64, end_ns: u64) -> Vec<Value> {
+pub fn per_second(series: &[crate::device::guest::StatsSample], start_ns: u64, end_ns: u64) -> Vec<PerSecond> {
     let at = |t: u64| series.iter().rev().find(|x| x.t_ns <= t);
     let mut out = Vec::new();
     let mut k = 0u64;
     while start_ns + (k + 1) * 1_000_000_000 <= end_ns + 50_000_000 {
         let (a, b) = (at(start_ns + k * 1_000_000_000), at(start_ns + (k + 1) * 1_000_000_000));
         if let (Some(a), Some(b)) = (a, b) {
-            out.push(json!({
-                "t_s": k + 1,
-                "steer_calls": b.steer_calls.saturating_sub(a.steer_calls),
-                "adds": b.adds_ok.saturating_sub(a.adds_ok),
-                "mods": b.mods_ok.saturating_sub(a.mods_ok),
-                "dels": b.dels_ok.saturating_sub(a.dels_ok),
-            }));
+            out.push(PerSecond {
+                t_s: k + 1,
+                steer_calls: b.steer_calls.saturating_sub(a.steer_calls),
+                adds: b.adds_ok.saturating_sub(a.adds_ok),
+                mods: b.mods_ok.saturating_sub(a.mods_ok),
+                dels: b.dels_ok.saturating_sub(a.dels_ok),
+            });
         }
         k += 1;
     }
     out
-}
-
-/// Guest CPU busy share (%) over the workload, from the guest's `/proc/stat` `cpu` line
-/// before and after it; `None` when either snapshot is missing.
-pub fn guest_cpu_pct(guest: &Value) -> Option<f64> {
-    crate::results::cpu_busy_pct(&guest["proc_stat_before"]["cpu"], &guest["proc_stat_after"]["cpu"])
-}
-
-/// Flows whose packets reached a queue other than the one the device chose for them.
-/// The guest reports, per flow, the NAPI id of the last packet its socket received
-/// (SO_INCOMING_NAPI_ID) and the NAPI id of each RX queue; the link partner records the
-/// queue the device put the flow's last packet on. Only flows whose every delivered
-/// packet reached the guest's socket are compared (after a loss inside the guest the
-/// device's last packet is not the socket's last one). Returns (misdelivered, compared).
-fn flows_misdelivered(link: &LinkStats, guest: &Value) -> (u64, u64) {
-    let napi: Vec<u64> = guest["rx_napi_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
-    let mut compared = 0;
-    let mut bad = 0;
-    for gf in guest["workload"]["flows"].as_array().into_iter().flatten() {
-        let (Some(i), Some(id), Some(received)) =
-            (gf["flow"].as_u64(), gf["last_napi_id"].as_u64(), gf["requests"].as_u64())
-        else {
-            continue;
-        };
-        let Some(guest_q) = napi.iter().position(|&n| n == id) else { continue };
-        let Some(f) = link.per_flow.get(i as usize) else { continue };
-        let Some(dev_q) = f.last_queue else { continue };
-        if f.queue_counts.iter().sum::<u64>() != received {
-            continue;
-        }
-        compared += 1;
-        if guest_q != usize::from(dev_q) {
-            bad += 1;
-        }
-    }
-    (bad, compared)
 }
 
 /// The KVM probe costs up to its 20 s timeout on hosts where /dev/kvm hangs; its answer
@@ -562,7 +534,7 @@ fn kvm_works_cached(root: &Path, qemu_bin: &Path, kernel: &Path) -> bool {
 }
 
 /// Run a scenario; returns the JSON report.
-pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
+pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     let root = env::repo_root()?;
     let mut scenario = Scenario::load(path)?;
     if let Some(k) = &opts.kernel {
@@ -634,8 +606,8 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
         for attempt in 1..=BOOT_ATTEMPTS {
             match run_one(&ctx, &emu, &backend, run, i, attempt) {
                 Ok(mut v) => {
-                    v["boot_attempts"] = json!(attempt);
-                    v["boot_failures"] = json!(boot_failures);
+                    v.boot_attempts = attempt;
+                    v.boot_failures = boot_failures;
                     runs.push(v);
                     continue 'runs;
                 }
@@ -664,26 +636,29 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Value> {
     let _ = server.join();
     ctx.progress.finish_and_clear();
     result?;
-    Ok(json!({
-        "scenario": ctx.scenario.name,
-        "kernel": ctx.kernel.label,
-        "kernel_image": ctx.kernel.image,
-        "accel": ctx.accel,
-        "queues": ctx.scenario.nic.queues,
-        "vcpus": ctx.scenario.vm.vcpus,
-        "topology": format!(
-            "sockets={} dies={} cores={} threads={} cpu={}{}",
-            ctx.scenario.vm.sockets,
-            ctx.scenario.vm.dies,
-            ctx.scenario.vm.cores,
-            ctx.scenario.vm.threads,
-            ctx.scenario.vm.cpu,
-            ctx.scenario.vm.l3_per.as_ref().map(|l| format!(" l3_per={l}")).unwrap_or_default()
-        ),
-        "wall_s": started.elapsed().as_secs_f64(),
-        "backend": { "connections": backend.counters().connections, "protocol_errors": backend.counters().protocol_errors },
-        "runs": runs,
-    }))
+    let topology = format!(
+        "sockets={} dies={} cores={} threads={} cpu={}{}",
+        ctx.scenario.vm.sockets,
+        ctx.scenario.vm.dies,
+        ctx.scenario.vm.cores,
+        ctx.scenario.vm.threads,
+        ctx.scenario.vm.cpu,
+        ctx.scenario.vm.l3_per.as_ref().map(|l| format!(" l3_per={l}")).unwrap_or_default()
+    );
+    let counters = backend.counters();
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        scenario: ctx.scenario.name.clone(),
+        kernel: ctx.kernel.label.clone(),
+        kernel_image: ctx.kernel.image.clone(),
+        accel: ctx.accel.clone(),
+        queues: ctx.scenario.nic.queues,
+        vcpus: ctx.scenario.vm.vcpus,
+        topology,
+        wall_s: started.elapsed().as_secs_f64(),
+        backend: BackendSummary { connections: counters.connections, protocol_errors: counters.protocol_errors },
+        runs,
+    })
 }
 
 #[cfg(test)]
@@ -700,20 +675,13 @@ mod tests {
         // STATS every 100 ms from 0.05 s; traffic from 0 to 3 s.
         let series: Vec<StatsSample> = (0..31).map(|i| sample(50 + i * 100, i * 10, (i / 10).min(2))).collect();
         let v = per_second(&series, 100_000_000, 3_100_000_000);
-        let steer: Vec<u64> = v.iter().map(|x| x["steer_calls"].as_u64().unwrap()).collect();
-        let adds: Vec<u64> = v.iter().map(|x| x["adds"].as_u64().unwrap()).collect();
+        let steer: Vec<u64> = v.iter().map(|x| x.steer_calls).collect();
+        let adds: Vec<u64> = v.iter().map(|x| x.adds).collect();
         assert_eq!(steer, vec![100, 100, 100]);
         assert_eq!(adds, vec![1, 1, 0]);
-        assert_eq!(v[2]["t_s"], 3);
+        assert_eq!(v[2].t_s, 3);
         // Before the first sample there is nothing to difference.
         assert_eq!(per_second(&series, 0, 1_000_000_000).len(), 0);
         assert!(per_second(&[], 0, 5_000_000_000).is_empty());
-    }
-
-    #[test]
-    fn guest_cpu_from_proc_stat() {
-        let g = json!({ "proc_stat_before": { "cpu": [10, 0, 10, 80, 0] }, "proc_stat_after": { "cpu": [30, 0, 30, 140, 0] } });
-        assert_eq!(guest_cpu_pct(&g), Some(40.0));
-        assert_eq!(guest_cpu_pct(&json!({})), None);
     }
 }

@@ -1,9 +1,9 @@
 //! Shared by the end-to-end test files: run `arfsnic run` on a scenario and read the
-//! JSON report.
+//! typed report.
 
 #![allow(dead_code)]
 
-use serde_json::Value;
+use arfsnic::report::Report;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -13,7 +13,7 @@ pub fn root() -> PathBuf {
 
 /// Write `toml` (and `extra_files`, e.g. profiles it names) into a temp dir, run it, and
 /// return the report. Logs go to `.cache/e2e/<name>/`.
-pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Value {
+pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> Report {
     let dir = tempfile::tempdir().unwrap();
     for (f, text) in extra_files {
         std::fs::write(dir.path().join(f), text).unwrap();
@@ -41,5 +41,5 @@ pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> V
         String::from_utf8_lossy(&o.stderr)
     );
     println!("{}", String::from_utf8_lossy(&o.stdout));
-    serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap()
+    Report::load(&out, "report").unwrap()
 }

@@ -1,37 +1,11 @@
-//! Reports: the human-readable table printed after a run (the JSON is the record).
+//! What a run computes at its end from the link partner's records, the guest's JSON
+//! block and the device's live rules: the per-flow view with the stuck-flow verdict,
+//! misdelivered flows and the guest's CPU share (docs/measuring.md defines each).
 
 use crate::device::snapshot::RuleView;
+use crate::report::schema::FlowView;
 use crate::traffic::partner::LinkStats;
-use serde::Serialize;
 use serde_json::Value;
-use std::fmt::Write;
-
-/// One flow at the end of a run, as device and guest saw it (docs/measuring.md).
-#[derive(Clone, Debug, Serialize)]
-pub struct FlowView {
-    pub flow: u32,
-    /// `udp PARTNER:PORT GUEST:PORT`, the packets the guest receives.
-    pub tuple: String,
-    pub responses: u64,
-    /// RX queue of the flow's last packet (device side).
-    pub queue: Option<u16>,
-    /// A filter exists for the flow in the device table at the end of the run.
-    pub filter: Option<u32>,
-    pub filter_queue: Option<u16>,
-    /// Seconds from the start of the traffic until the filter was installed (negative:
-    /// before the traffic started).
-    pub filter_since_s: Option<f64>,
-    /// Guest CPU that served the flow's last request (from the echo replies).
-    pub app_cpu: Option<u32>,
-    /// The CPU the IRQ of `queue` is delivered to (guest's effective affinity).
-    pub irq_cpu: Option<u32>,
-    /// app_cpu and irq_cpu share a last-level cache (guest's LLC groups).
-    pub same_llc: Option<bool>,
-    /// How long before the end of sending the flow's requests had all gone through RSS
-    /// (no filter hit), in ms; `None` when its last request hit a filter.
-    pub via_rss_only_ms: Option<u64>,
-    pub stuck_without_filter: bool,
-}
 
 /// A flow without a filter counts as stuck only after its requests have gone through RSS
 /// for this long. A flow whose filter the driver just expired is re-steered at its next
@@ -66,13 +40,7 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
     link.per_flow
         .iter()
         .map(|f| {
-            let tuple = format!(
-                "udp {}:{} {}:{}",
-                crate::runner::PARTNER_IP,
-                f.partner_port,
-                crate::runner::GUEST_IP,
-                f.guest_port
-            );
+            let tuple = format!("udp {}:{} {}:{}", super::PARTNER_IP, f.partner_port, super::GUEST_IP, f.guest_port);
             let rule = by_tuple.get(tuple.as_str()).copied();
             let app_cpu = f.last_cpu;
             let irq = f.last_queue.and_then(|q| irq_cpu.get(usize::from(q)).copied().flatten());
@@ -104,70 +72,59 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
         .collect()
 }
 
-fn num(v: &Value) -> String {
-    match v {
-        Value::Number(n) => {
-            if let Some(f) = n.as_f64().filter(|_| !n.is_u64() && !n.is_i64()) {
-                format!("{f:.1}")
-            } else {
-                n.to_string()
-            }
+/// Flows whose packets reached a queue other than the one the device chose for them.
+/// The guest reports, per flow, the NAPI id of the last packet its socket received
+/// (SO_INCOMING_NAPI_ID) and the NAPI id of each RX queue; the link partner records the
+/// queue the device put the flow's last packet on. Only flows whose every delivered
+/// packet reached the guest's socket are compared (after a loss inside the guest the
+/// device's last packet is not the socket's last one). Returns (misdelivered, compared).
+pub fn flows_misdelivered(link: &LinkStats, guest: &Value) -> (u64, u64) {
+    let napi: Vec<u64> = guest["rx_napi_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    let mut compared = 0;
+    let mut bad = 0;
+    for gf in guest["workload"]["flows"].as_array().into_iter().flatten() {
+        let (Some(i), Some(id), Some(received)) =
+            (gf["flow"].as_u64(), gf["last_napi_id"].as_u64(), gf["requests"].as_u64())
+        else {
+            continue;
+        };
+        let Some(guest_q) = napi.iter().position(|&n| n == id) else { continue };
+        let Some(f) = link.per_flow.get(i as usize) else { continue };
+        let Some(dev_q) = f.last_queue else { continue };
+        if f.queue_counts.iter().sum::<u64>() != received {
+            continue;
         }
-        Value::Null => "-".into(),
-        other => other.to_string(),
+        compared += 1;
+        if guest_q != usize::from(dev_q) {
+            bad += 1;
+        }
     }
+    (bad, compared)
 }
 
-/// One line per run: traffic, RTT, where packets went, steering when the guest module ran.
-pub fn summary_table(report: &Value) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "scenario {} on {} ({}, {} queues, {} vCPUs: {})",
-        report["scenario"].as_str().unwrap_or("?"),
-        report["kernel"].as_str().unwrap_or("?"),
-        report["accel"].as_str().unwrap_or("?"),
-        num(&report["queues"]),
-        num(&report["vcpus"]),
-        report["topology"].as_str().unwrap_or("?"),
-    );
-    let _ = writeln!(
-        s,
-        "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7}  rx per queue",
-        "run",
-        "requests",
-        "replies",
-        "lost",
-        "rtt p50us",
-        "rtt p99us",
-        "Steer-C/s",
-        "adds",
-        "filt.deliv",
-        "misdeliv",
-        "stuck"
-    );
-    for r in report["runs"].as_array().into_iter().flatten() {
-        let l = &r["link"];
-        let d = &r["device"];
-        let q: Vec<String> = d["rx_packets_per_queue"].as_array().into_iter().flatten().map(num).collect();
-        let _ = writeln!(
-            s,
-            "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7}  {}",
-            r["label"].as_str().unwrap_or("?"),
-            num(&l["requests"]),
-            num(&l["responses"]),
-            num(&l["lost"]),
-            num(&l["rtt_us_p50"]),
-            num(&l["rtt_us_p99"]),
-            num(&r["guest"]["steer_calls_per_s"]),
-            num(&d["filter"]["adds"]),
-            num(&d["filter_delivered"]),
-            num(&d["flows_misdelivered"]),
-            num(&r["flows_stuck_without_filter"]),
-            q.join(" "),
-        );
+/// Guest CPU busy share (%) over the workload, from the guest's `/proc/stat` `cpu` line
+/// before and after it; `None` when either snapshot is missing.
+pub fn guest_cpu_pct(guest: &Value) -> Option<f64> {
+    cpu_busy_pct(&guest["proc_stat_before"]["cpu"], &guest["proc_stat_after"]["cpu"])
+}
+/// Busy percentage of the guest's CPUs between two `/proc/stat` `cpu` lines (jiffies:
+/// user nice system idle iowait irq softirq steal guest guest_nice). guest and
+/// guest_nice are already counted in user and nice, so only the first eight count.
+pub fn cpu_busy_pct(before: &Value, after: &Value) -> Option<f64> {
+    let parse = |v: &Value| -> Option<Vec<u64>> { v.as_array()?.iter().map(Value::as_u64).collect() };
+    let (b, a) = (parse(before)?, parse(after)?);
+    let n = b.len().min(a.len()).min(8);
+    if n < 4 {
+        return None;
     }
-    s
+    let total = |x: &[u64]| x[..n].iter().map(|&v| v as f64).sum::<f64>();
+    let idle = |x: &[u64]| x[3] as f64 + if n > 4 { x[4] as f64 } else { 0.0 };
+    let d_total = total(&a) - total(&b);
+    let d_idle = idle(&a) - idle(&b);
+    if d_total <= 0.0 || d_idle < 0.0 || d_idle > d_total {
+        return None;
+    }
+    Some(100.0 * (d_total - d_idle) / d_total)
 }
 
 #[cfg(test)]
@@ -226,5 +183,20 @@ mod tests {
         assert_eq!((v[0].irq_cpu, v[0].same_llc), (Some(0), Some(false)));
         assert_eq!(v[4].same_llc, Some(true));
         assert_eq!(v[2].via_rss_only_ms, Some(STUCK_AFTER_MS - 1));
+    }
+
+    #[test]
+    fn cpu_pct_edge_cases() {
+        assert_eq!(cpu_busy_pct(&json!([1, 2, 3, 4]), &json!([1, 2, 3, 4])), None);
+        assert_eq!(cpu_busy_pct(&json!([0, 0, 0, 0]), &json!([50, 0, 0, 50])), Some(50.0));
+        assert_eq!(cpu_busy_pct(&json!([5, 0, 0, 0]), &json!([0, 0, 0, 0])), None);
+        assert_eq!(cpu_busy_pct(&json!([0, 0, 0]), &json!([1, 1, 1])), None);
+    }
+
+    #[test]
+    fn guest_cpu_from_proc_stat() {
+        let g = json!({ "proc_stat_before": { "cpu": [10, 0, 10, 80, 0] }, "proc_stat_after": { "cpu": [30, 0, 30, 140, 0] } });
+        assert_eq!(guest_cpu_pct(&g), Some(40.0));
+        assert_eq!(guest_cpu_pct(&json!({})), None);
     }
 }

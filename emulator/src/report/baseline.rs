@@ -5,11 +5,13 @@
 //! has a direction (which way is worse) and an absolute floor: a metric *regresses* when
 //! it is worse than the baseline by more than `max_regress_pct` percent of the baseline
 //! value **and** by more than its floor, so nearly idle metrics (0 → 1 stuck flow,
-//! 3.7 → 4.1 Steer-C/s) do not fire on noise. Metrics absent or `null` on either side
-//! (no guest module, older reports) are skipped and listed as skipped.
+//! 3.7 → 4.1 Steer-C/s) do not fire on noise. Metrics a run does not have on either side
+//! (no guest module, no rates) are skipped and listed as skipped. Both reports are read
+//! as typed reports ([`schema::Report`]), so a report of another schema version is
+//! refused by name.
 
+use super::schema::{self, RunReport};
 use serde::Serialize;
-use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -34,15 +36,6 @@ impl Direction {
     }
 }
 
-/// How a metric's value is read from one run of a report.
-#[derive(Clone, Copy, Debug)]
-enum Source {
-    /// A number at this path (object keys from the run object).
-    Number(&'static [&'static str]),
-    /// An object `{KEY: count}` at this path; the metric is the sum of the counts.
-    SumOfObject(&'static [&'static str]),
-}
-
 /// One compared metric.
 #[derive(Clone, Copy, Debug)]
 pub struct MetricDef {
@@ -53,43 +46,39 @@ pub struct MetricDef {
     /// Absolute change (in the metric's unit) that a regression must exceed as well.
     pub floor: f64,
     pub unit: &'static str,
-    source: Source,
+    /// The value in one run of a report; `None` when the run does not have it (no guest
+    /// module, no rates).
+    pub read: fn(&RunReport) -> Option<f64>,
 }
 
-const fn num(
+const fn m(
     name: &'static str,
-    path: &'static [&'static str],
+    read: fn(&RunReport) -> Option<f64>,
     direction: Direction,
     floor: f64,
     unit: &'static str,
 ) -> MetricDef {
-    MetricDef { name, direction, floor, unit, source: Source::Number(path) }
+    MetricDef { name, direction, floor, unit, read }
 }
 
 use Direction::{HigherIsWorse as Hi, LowerIsWorse as Lo};
 
 /// The compared metrics, their directions and floors (the table in docs/ci.md).
 pub const METRICS: &[MetricDef] = &[
-    num("guest.steer_calls_per_s", &["guest", "steer_calls_per_s"], Hi, 10.0, "/s"),
-    num("guest.adds_per_s", &["guest", "adds_per_s"], Hi, 5.0, "/s"),
-    num("guest.mods_per_s", &["guest", "mods_per_s"], Hi, 5.0, "/s"),
-    num("guest.dels_per_s", &["guest", "dels_per_s"], Hi, 5.0, "/s"),
-    MetricDef {
-        name: "guest.add_errors",
-        direction: Hi,
-        floor: 5.0,
-        unit: "",
-        source: Source::SumOfObject(&["guest", "add_errors"]),
-    },
-    num("guest.lock_contended_pct", &["guest", "lock_contended_pct"], Hi, 5.0, "%"),
-    num("guest.lock_wait_us_per_s", &["guest", "lock_wait_us_per_s"], Hi, 100.0, "us/s"),
-    num("link.responses_per_s", &["link", "responses_per_s"], Lo, 20.0, "/s"),
-    num("link.rtt_us_p50", &["link", "rtt_us_p50"], Hi, 500.0, "us"),
-    num("link.rtt_us_p99", &["link", "rtt_us_p99"], Hi, 2000.0, "us"),
-    num("link.lost", &["link", "lost"], Hi, 50.0, ""),
-    num("flows_stuck_without_filter", &["flows_stuck_without_filter"], Hi, 1.0, ""),
-    num("device.flows_misdelivered", &["device", "flows_misdelivered"], Hi, 0.0, ""),
-    num("device.rx_dropped_no_buffer", &["device", "rx_dropped_no_buffer"], Hi, 50.0, ""),
+    m("guest.steer_calls_per_s", |r| r.driver()?.steer_calls_per_s, Hi, 10.0, "/s"),
+    m("guest.adds_per_s", |r| r.driver()?.adds_per_s, Hi, 5.0, "/s"),
+    m("guest.mods_per_s", |r| r.driver()?.mods_per_s, Hi, 5.0, "/s"),
+    m("guest.dels_per_s", |r| r.driver()?.dels_per_s, Hi, 5.0, "/s"),
+    m("guest.add_errors", |r| Some(r.driver()?.add_errors.values().sum::<u64>() as f64), Hi, 5.0, ""),
+    m("guest.lock_contended_pct", |r| Some(r.driver()?.lock_contended_pct), Hi, 5.0, "%"),
+    m("guest.lock_wait_us_per_s", |r| r.driver()?.lock_wait_us_per_s, Hi, 100.0, "us/s"),
+    m("link.responses_per_s", |r| Some(r.link.responses_per_s), Lo, 20.0, "/s"),
+    m("link.rtt_us_p50", |r| Some(r.link.rtt_us_p50), Hi, 500.0, "us"),
+    m("link.rtt_us_p99", |r| Some(r.link.rtt_us_p99), Hi, 2000.0, "us"),
+    m("link.lost", |r| Some(r.link.lost as f64), Hi, 50.0, ""),
+    m("flows_stuck_without_filter", |r| r.flows_stuck_without_filter.map(|n| n as f64), Hi, 1.0, ""),
+    m("device.flows_misdelivered", |r| Some(r.device.flows_misdelivered as f64), Hi, 0.0, ""),
+    m("device.rx_dropped_no_buffer", |r| Some(r.device.rx_dropped_no_buffer as f64), Hi, 50.0, ""),
 ];
 
 /// The outcome of one metric of one run.
@@ -192,105 +181,32 @@ pub struct Report {
     runs: Vec<RunValues>,
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// The value at `path` below `v`; `None` when a key is missing, a step is not an object,
-/// or the value is `null`.
-fn walk<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    let mut cur = v;
-    for k in path {
-        cur = cur.as_object()?.get(*k)?;
-    }
-    (!cur.is_null()).then_some(cur)
-}
-
-fn read_metric(run: &Value, m: &MetricDef, at: &str) -> Result<Option<f64>, String> {
-    match m.source {
-        Source::Number(path) => match walk(run, path) {
-            None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .filter(|x| x.is_finite())
-                .map(Some)
-                .ok_or_else(|| format!("`{at}.{}`: expected a number, found {}", m.name, type_name(v))),
-        },
-        Source::SumOfObject(path) => match walk(run, path) {
-            None => Ok(None),
-            Some(Value::Object(o)) => {
-                let mut sum = 0.0;
-                for (k, v) in o {
-                    sum += v
-                        .as_f64()
-                        .filter(|x| x.is_finite())
-                        .ok_or_else(|| format!("`{at}.{}.{k}`: expected a number, found {}", m.name, type_name(v)))?;
-                }
-                Ok(Some(sum))
-            }
-            Some(v) => Err(format!("`{at}.{}`: expected an object {{ERRNO: count}}, found {}", m.name, type_name(v))),
-        },
-    }
-}
-
 impl Report {
-    /// Check the shape of a report (`scenario`, `runs[].label`, metric types) and read
-    /// its metrics. Errors name `source` and the JSON path.
-    pub fn from_value(v: &Value, source: &str) -> Result<Report, String> {
-        let obj = v.as_object().ok_or_else(|| {
-            format!("{source}: expected a JSON object (a report of `arfsnic run --json`), found {}", type_name(v))
-        })?;
-        let scenario = match obj.get("scenario") {
-            Some(Value::String(s)) => s.clone(),
-            None => return Err(format!("{source}: missing field `scenario`")),
-            Some(other) => return Err(format!("{source}: `scenario`: expected a string, found {}", type_name(other))),
-        };
-        let runs_v = match obj.get("runs") {
-            Some(Value::Array(a)) => a,
-            None => return Err(format!("{source}: missing field `runs`")),
-            Some(other) => return Err(format!("{source}: `runs`: expected an array, found {}", type_name(other))),
-        };
-        let mut runs: Vec<RunValues> = Vec::with_capacity(runs_v.len());
-        for (i, r) in runs_v.iter().enumerate() {
-            if !r.is_object() {
-                return Err(format!("{source}: `runs[{i}]`: expected an object, found {}", type_name(r)));
+    /// Reduce a run report to its metrics; `source` names it in messages. Errors: a run
+    /// label that appears twice (runs are matched by label).
+    pub fn from_report(r: &schema::Report, source: &str) -> Result<Report, String> {
+        let mut runs: Vec<RunValues> = Vec::with_capacity(r.runs.len());
+        for run in &r.runs {
+            if runs.iter().any(|x| x.label == run.label) {
+                return Err(format!("{source}: run label {:?} appears twice (runs are matched by label)", run.label));
             }
-            let label = match r.get("label") {
-                Some(Value::String(s)) => s.clone(),
-                None => return Err(format!("{source}: missing field `runs[{i}].label`")),
-                Some(other) => {
-                    return Err(format!("{source}: `runs[{i}].label`: expected a string, found {}", type_name(other)))
-                }
-            };
-            if runs.iter().any(|x| x.label == label) {
-                return Err(format!("{source}: run label {label:?} appears twice (runs are matched by label)"));
-            }
-            let at = format!("runs[{i}]");
-            let values = METRICS
-                .iter()
-                .map(|m| read_metric(r, m, &at))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("{source}: {e}"))?;
-            runs.push(RunValues { label, values });
+            let values = METRICS.iter().map(|m| (m.read)(run).filter(|x| x.is_finite())).collect();
+            runs.push(RunValues { label: run.label.clone(), values });
         }
-        let s = |k: &str| obj.get(k).and_then(Value::as_str).map(str::to_string);
-        Ok(Report { source: source.to_string(), scenario, kernel: s("kernel"), accel: s("accel"), runs })
+        Ok(Report {
+            source: source.to_string(),
+            scenario: r.scenario.clone(),
+            kernel: Some(r.kernel.clone()),
+            accel: Some(r.accel.clone()),
+            runs,
+        })
     }
 
     /// Read and check a report file; `role` is `baseline` or `report` (used in messages
     /// together with the path).
     pub fn load(path: &Path, role: &str) -> anyhow::Result<Report> {
-        let source = format!("{role} {}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{source}: cannot read: {e}"))?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{source}: not valid JSON: {e}"))?;
-        Report::from_value(&v, &source).map_err(anyhow::Error::msg)
+        let r = schema::Report::load(path, role)?;
+        Report::from_report(&r, &format!("{role} {}", path.display())).map_err(anyhow::Error::msg)
     }
 
     pub fn labels(&self) -> impl Iterator<Item = &str> {
@@ -388,13 +304,6 @@ pub fn compare(baseline: &Report, current: &Report, max_regress_pct: f64) -> any
     Ok(Outcome { scenario: baseline.scenario.clone(), max_regress_pct, comparisons, notes })
 }
 
-/// [`compare`] on two parsed reports (`serde_json::Value`s as `arfsnic run --json` writes).
-pub fn compare_values(baseline: &Value, current: &Value, max_regress_pct: f64) -> anyhow::Result<Outcome> {
-    let b = Report::from_value(baseline, "baseline").map_err(anyhow::Error::msg)?;
-    let c = Report::from_value(current, "report").map_err(anyhow::Error::msg)?;
-    compare(&b, &c, max_regress_pct)
-}
-
 /// Parser of `--max-regress` (clap names the flag in its error): a percentage >= 0
 /// (`25`, `2.5`, `25%`).
 pub fn parse_max_regress(s: &str) -> Result<f64, String> {
@@ -485,24 +394,61 @@ pub fn render_table(o: &Outcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::report::schema::{DriverReport, GuestReport};
+    use crate::traffic::partner::LinkStats;
+    use serde_json::{json, Value};
 
+    /// A run as JSON, so the tests can bend single fields the way a file could.
     fn run(label: &str, steer: f64) -> Value {
-        json!({
-            "label": label,
-            "sysctls": {},
-            "link": { "responses": 20000, "lost": 0, "rtt_us_p50": 400.0, "rtt_us_p99": 7000.0, "responses_per_s": 2000.0 },
-            "guest": {
-                "steer_calls_per_s": steer, "adds_per_s": 4.5, "mods_per_s": 0.0, "dels_per_s": 0.0,
-                "add_errors": { "ENOSPC": 2 }, "lock_contended_pct": 2.5, "lock_wait_us_per_s": null
+        let r = RunReport {
+            label: label.into(),
+            link: LinkStats {
+                responses: 20000,
+                rtt_us_p50: 400.0,
+                rtt_us_p99: 7000.0,
+                responses_per_s: 2000.0,
+                ..Default::default()
             },
-            "device": { "flows_misdelivered": 0, "rx_dropped_no_buffer": 0 },
-            "flows_stuck_without_filter": 0
-        })
+            guest: GuestReport {
+                module: true,
+                driver: Some(DriverReport {
+                    steer_calls_per_s: Some(steer),
+                    adds_per_s: Some(4.5),
+                    mods_per_s: Some(0.0),
+                    dels_per_s: Some(0.0),
+                    add_errors: [("ENOSPC".to_string(), 2)].into_iter().collect(),
+                    lock_contended_pct: 2.5,
+                    lock_wait_us_per_s: None,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            flows_stuck_without_filter: Some(0),
+            ..Default::default()
+        };
+        serde_json::to_value(r).unwrap()
     }
 
     fn report(runs: Vec<Value>) -> Value {
-        json!({ "scenario": "llc-within", "kernel": "k", "accel": "tcg", "runs": runs })
+        let r = schema::Report {
+            schema_version: schema::SCHEMA_VERSION,
+            scenario: "llc-within".into(),
+            kernel: "k".into(),
+            accel: "tcg".into(),
+            ..Default::default()
+        };
+        let mut v = serde_json::to_value(r).unwrap();
+        v["runs"] = Value::Array(runs);
+        v
+    }
+
+    /// [`compare`] on two reports as JSON values (parsed as typed reports first).
+    fn compare_values(baseline: &Value, current: &Value, max_regress_pct: f64) -> anyhow::Result<Outcome> {
+        let parse = |v: &Value, name: &str| -> anyhow::Result<Report> {
+            let r = schema::Report::from_value(v.clone(), name)?;
+            Report::from_report(&r, name).map_err(anyhow::Error::msg)
+        };
+        compare(&parse(baseline, "baseline")?, &parse(current, "report")?, max_regress_pct)
     }
 
     fn get<'a>(o: &'a Outcome, run: &str, metric: &str) -> &'a Comparison {
@@ -593,7 +539,7 @@ mod tests {
 
         // No guest module: the guest metrics are absent, stuck flows null.
         let mut c = b.clone();
-        c["runs"][0]["guest"] = json!({ "module": false });
+        c["runs"][0]["guest"] = json!({ "module": false, "system": {} });
         c["runs"][0]["flows_stuck_without_filter"] = Value::Null;
         let o = compare_values(&b, &c, 10.0).unwrap();
         assert!(o.passed());
@@ -617,17 +563,17 @@ mod tests {
         let mut c = b.clone();
         c["runs"][1].as_object_mut().unwrap().remove("label");
         let e = compare_values(&b, &c, 10.0).unwrap_err().to_string();
-        assert_eq!(e, "report: missing field `runs[1].label`");
+        assert_eq!(e, "report: `runs[1]`: missing field `label`");
 
         let mut c = b.clone();
         c["runs"][0]["guest"]["steer_calls_per_s"] = json!("fast");
         let e = compare_values(&c, &b, 10.0).unwrap_err().to_string();
-        assert!(e == "baseline: `runs[0].guest.steer_calls_per_s`: expected a number, found a string", "{e}");
+        assert!(e.starts_with("baseline: `runs[0].guest`: steer_calls_per_s: invalid type: string \"fast\""), "{e}");
 
         let e = compare_values(&json!([1]), &b, 10.0).unwrap_err().to_string();
-        assert!(e.contains("expected a JSON object"), "{e}");
-        let e = compare_values(&json!({"scenario": "x"}), &b, 10.0).unwrap_err().to_string();
-        assert!(e.contains("missing field `runs`"), "{e}");
+        assert!(e.contains("no `schema_version`"), "{e}");
+        let e = compare_values(&json!({"schema_version": 1, "scenario": "x"}), &b, 10.0).unwrap_err().to_string();
+        assert!(e.contains("missing field"), "{e}");
         let c = report(vec![run("a", 1.0), run("a", 2.0)]);
         assert!(compare_values(&c, &c, 10.0).unwrap_err().to_string().contains("appears twice"));
     }

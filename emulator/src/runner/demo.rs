@@ -2,12 +2,12 @@
 //! Debian guest kernels, busybox; guest-tests/provision.sh), build the kernel carrying the
 //! LLC-affinity patch once (guest-tests/kernel/build.sh, cached), run the `llc-within` and
 //! `llc-across` scenarios with net.core.arfs_llc_affinity at 0 and 1, print the steer-rate
-//! table and write JSON, CSV and an SVG chart into the output directory.
+//! table (the CLI writes JSON, CSV and an SVG chart into the output directory).
 
+use crate::report::schema::Report;
 use crate::runner::{self, env, RunOptions};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,8 +32,8 @@ pub struct DemoOptions {
 /// What the demo did and how long each part took.
 #[derive(Debug)]
 pub struct DemoResult {
-    pub reports: Vec<Value>,
-    pub outputs: crate::results::Outputs,
+    /// One report per scenario, each also written to `out/NAME.json`.
+    pub reports: Vec<Report>,
     pub provision_s: f64,
     pub kernel_s: f64,
     pub runs_s: f64,
@@ -174,11 +174,9 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
         };
         let report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
         let file = o.out.join(format!("{name}.json"));
-        std::fs::write(&file, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", file.display()))?;
+        std::fs::write(&file, report.to_json_pretty()).with_context(|| format!("writing {}", file.display()))?;
         reports.push(report);
     }
     let runs_s = t2.elapsed().as_secs_f64();
-    let outputs = crate::results::write_outputs(&o.out, &reports)?;
-    Ok(DemoResult { reports, outputs, provision_s, kernel_s, runs_s, wall_s: t0.elapsed().as_secs_f64() })
+    Ok(DemoResult { reports, provision_s, kernel_s, runs_s, wall_s: t0.elapsed().as_secs_f64() })
 }

@@ -4,14 +4,13 @@
 //! Each run of a report becomes one [`Row`]: the guest's aRFS steering rates
 //! (`ndo_rx_flow_steer` calls/s and the adds/mods/dels they caused), lock contention,
 //! RTT, guest CPU and stuck flows, tagged with the value of
-//! `net.core.arfs_llc_affinity` the run used. Missing or malformed fields become `None`
-//! (shown as `-`); nothing here panics on a report's shape.
+//! `net.core.arfs_llc_affinity` the run used. What a run does not have (no guest module:
+//! no steering rates) is `None`, shown as `-`.
 
-use anyhow::{anyhow, Context};
-use plotters::prelude::*;
-use plotters::style::text_anchor::{HPos, Pos, VPos};
+use super::schema::{Report, RunReport};
+use anyhow::Context;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -51,71 +50,29 @@ pub struct Outputs {
     pub svg: PathBuf,
 }
 
-fn f64_of(v: &Value) -> Option<f64> {
-    v.as_f64().filter(|x| x.is_finite())
-}
-
-fn text_of(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.trim().to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(u8::from(*b).to_string()),
-        _ => None,
-    }
-}
-
-/// Busy percentage of the guest's CPUs between two `/proc/stat` `cpu` lines (jiffies:
-/// user nice system idle iowait irq softirq steal guest guest_nice). guest and
-/// guest_nice are already counted in user and nice, so only the first eight count.
-pub fn cpu_busy_pct(before: &Value, after: &Value) -> Option<f64> {
-    let parse = |v: &Value| -> Option<Vec<u64>> { v.as_array()?.iter().map(Value::as_u64).collect() };
-    let (b, a) = (parse(before)?, parse(after)?);
-    let n = b.len().min(a.len()).min(8);
-    if n < 4 {
-        return None;
-    }
-    let total = |x: &[u64]| x[..n].iter().map(|&v| v as f64).sum::<f64>();
-    let idle = |x: &[u64]| x[3] as f64 + if n > 4 { x[4] as f64 } else { 0.0 };
-    let d_total = total(&a) - total(&b);
-    let d_idle = idle(&a) - idle(&b);
-    if d_total <= 0.0 || d_idle < 0.0 || d_idle > d_total {
-        return None;
-    }
-    Some(100.0 * (d_total - d_idle) / d_total)
-}
-
-fn row_of(scenario: &str, r: &Value) -> Row {
-    let g = &r["guest"];
-    let lock_wait_us_per_s = f64_of(&g["lock_wait_us_per_s"]).or_else(|| {
-        let ns = f64_of(&g["lock_wait_ns"])?;
-        let window = f64_of(&g["rates_window_s"]).filter(|&w| w > 0.0)?;
-        Some(ns / 1000.0 / window)
-    });
-    let sys = &g["system"];
-    let guest_cpu_pct = f64_of(&r["guest_cpu_pct"])
-        .or_else(|| cpu_busy_pct(&sys["proc_stat_before"]["cpu"], &sys["proc_stat_after"]["cpu"]));
+fn row_of(scenario: &str, r: &RunReport) -> Row {
+    let g = r.driver();
     Row {
         scenario: scenario.to_string(),
-        label: text_of(&r["label"]).unwrap_or_else(|| "-".into()),
-        sysctl: text_of(&r["sysctls"][SYSCTL]).filter(|s| !s.is_empty()).unwrap_or_else(|| "-".into()),
-        steer_c_per_s: f64_of(&g["steer_calls_per_s"]),
-        add_per_s: f64_of(&g["adds_per_s"]),
-        mod_per_s: f64_of(&g["mods_per_s"]),
-        del_per_s: f64_of(&g["dels_per_s"]),
-        add_errors: g["add_errors"].as_object().map(|m| m.values().filter_map(Value::as_u64).sum()),
-        lock_contended_pct: f64_of(&g["lock_contended_pct_window"]).or_else(|| f64_of(&g["lock_contended_pct"])),
-        lock_wait_us_per_s,
-        rtt_p50_us: f64_of(&r["link"]["rtt_us_p50"]),
-        rtt_p99_us: f64_of(&r["link"]["rtt_us_p99"]),
-        guest_cpu_pct,
-        stuck_flows: r["flows_stuck_without_filter"].as_u64(),
+        label: r.label.clone(),
+        sysctl: r.sysctls.get(SYSCTL).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or("-").to_string(),
+        steer_c_per_s: g.and_then(|g| g.steer_calls_per_s),
+        add_per_s: g.and_then(|g| g.adds_per_s),
+        mod_per_s: g.and_then(|g| g.mods_per_s),
+        del_per_s: g.and_then(|g| g.dels_per_s),
+        add_errors: g.map(|g| g.add_errors.values().sum()),
+        lock_contended_pct: g.map(|g| g.lock_contended_pct_window.unwrap_or(g.lock_contended_pct)),
+        lock_wait_us_per_s: g.and_then(|g| g.lock_wait_us_per_s),
+        rtt_p50_us: Some(r.link.rtt_us_p50),
+        rtt_p99_us: Some(r.link.rtt_us_p99),
+        guest_cpu_pct: r.guest_cpu_pct,
+        stuck_flows: r.flows_stuck_without_filter,
     }
 }
 
-/// One row per run of a scenario report (none when the report has no `runs` array).
-pub fn rows(report: &Value) -> Vec<Row> {
-    let scenario = text_of(&report["scenario"]).filter(|s| !s.is_empty()).unwrap_or_else(|| "-".into());
-    report["runs"].as_array().into_iter().flatten().map(|r| row_of(&scenario, r)).collect()
+/// One row per run of a scenario report.
+pub fn rows(report: &Report) -> Vec<Row> {
+    report.runs.iter().map(|r| row_of(&report.scenario, r)).collect()
 }
 
 fn opt(v: Option<f64>, decimals: usize) -> String {
@@ -127,7 +84,7 @@ fn opt_u(v: Option<u64>) -> String {
 }
 
 /// Scenarios in order of first appearance, each with its rows.
-fn by_scenario(rows: &[Row]) -> Vec<(&str, Vec<&Row>)> {
+pub(crate) fn by_scenario(rows: &[Row]) -> Vec<(&str, Vec<&Row>)> {
     let mut groups: Vec<(&str, Vec<&Row>)> = Vec::new();
     for r in rows {
         match groups.iter_mut().find(|(s, _)| *s == r.scenario) {
@@ -179,26 +136,27 @@ const HEADER: [&str; 13] = [
     "stuck",
 ];
 
+fn cells(r: &Row) -> Vec<String> {
+    vec![
+        r.scenario.clone(),
+        r.sysctl.clone(),
+        opt(r.steer_c_per_s, 1),
+        opt(r.add_per_s, 1),
+        opt(r.mod_per_s, 1),
+        opt(r.del_per_s, 1),
+        opt_u(r.add_errors),
+        opt(r.lock_contended_pct, 2),
+        opt(r.lock_wait_us_per_s, 1),
+        opt(r.rtt_p50_us, 0),
+        opt(r.rtt_p99_us, 0),
+        opt(r.guest_cpu_pct, 1),
+        opt_u(r.stuck_flows),
+    ]
+}
+
 /// The aligned steer-rate table, rows grouped by scenario, with the sysctl=1/sysctl=0
 /// Steer-C/s ratio under each scenario that has both.
 pub fn table(rows: &[Row]) -> String {
-    let cells = |r: &Row| -> Vec<String> {
-        vec![
-            r.scenario.clone(),
-            r.sysctl.clone(),
-            opt(r.steer_c_per_s, 1),
-            opt(r.add_per_s, 1),
-            opt(r.mod_per_s, 1),
-            opt(r.del_per_s, 1),
-            opt_u(r.add_errors),
-            opt(r.lock_contended_pct, 2),
-            opt(r.lock_wait_us_per_s, 1),
-            opt(r.rtt_p50_us, 0),
-            opt(r.rtt_p99_us, 0),
-            opt(r.guest_cpu_pct, 1),
-            opt_u(r.stuck_flows),
-        ]
-    };
     let groups = by_scenario(rows);
     let body: Vec<Vec<Vec<String>>> = groups.iter().map(|(_, g)| g.iter().map(|r| cells(r)).collect()).collect();
     let mut width: Vec<usize> = HEADER.iter().map(|h| h.chars().count()).collect();
@@ -233,6 +191,33 @@ pub fn table(rows: &[Row]) -> String {
         }
         if let Some(ratio) = ratio_line(scenario, g) {
             let _ = writeln!(out, "  {ratio}");
+        }
+    }
+    out
+}
+
+/// The table as GitHub markdown (for README and docs/results.md, regenerated from result
+/// files by `arfsnic results --markdown`): the same columns and numbers as [`table`],
+/// with each scenario's ratio line below the table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}",
+        HEADER.iter().enumerate().map(|(i, _)| if i < 2 { "---|" } else { "---:|" }).collect::<String>()
+    );
+    let groups = by_scenario(rows);
+    for (_, g) in &groups {
+        for r in g {
+            let _ = writeln!(out, "| {} |", cells(r).join(" | "));
+        }
+    }
+    let ratios: Vec<String> = groups.iter().filter_map(|(s, g)| ratio_line(s, g)).collect();
+    if !ratios.is_empty() {
+        out.push('\n');
+        for l in ratios {
+            let _ = writeln!(out, "- {l}");
         }
     }
     out
@@ -279,133 +264,9 @@ pub fn csv(rows: &[Row]) -> String {
 }
 
 /// Width of one scenario's group on the chart's x axis.
-const X: i32 = 1000;
-
-/// Colour of the n-th sysctl value (0: baseline, 1: LLC affinity on, then others).
-const BAR_COLOURS: [RGBColor; 5] = [
-    RGBColor(214, 96, 77),
-    RGBColor(67, 147, 195),
-    RGBColor(120, 120, 120),
-    RGBColor(77, 172, 38),
-    RGBColor(153, 112, 171),
-];
-
-/// Distinct sysctl values: numeric ones in numeric order, then the rest (`-`).
-fn sysctl_values(rows: &[Row]) -> Vec<&str> {
-    let mut v: Vec<&str> = Vec::new();
-    for r in rows {
-        if !v.contains(&r.sysctl.as_str()) {
-            v.push(&r.sysctl);
-        }
-    }
-    v.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
-        (Ok(x), Ok(y)) => x.total_cmp(&y),
-        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
-        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
-        (Err(_), Err(_)) => a.cmp(b),
-    });
-    v
-}
-
-fn legend_label(sysctl: &str) -> String {
-    if sysctl == "-" {
-        "arfs_llc_affinity unset".into()
-    } else {
-        format!("arfs_llc_affinity={sysctl}")
-    }
-}
-
-fn rate_label(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
-}
-
-/// Grouped bar chart of Steer-C/s: one group per scenario, one bar per run, coloured by
-/// the run's `net.core.arfs_llc_affinity` (legend), the value written on each bar.
-/// Runs without a steer rate get no bar.
-pub fn svg_chart(rows: &[Row], title: &str) -> anyhow::Result<String> {
-    let groups = by_scenario(rows);
-    let sysctls = sysctl_values(rows);
-    let colour = |s: &str| BAR_COLOURS[sysctls.iter().position(|v| *v == s).unwrap_or(0) % BAR_COLOURS.len()];
-    // (sysctl, x0, x1, value) of each bar; group i spans [i*X, (i+1)*X] on the x axis
-    // (integers: plotters has no default formatting for f64 axes with own key points).
-    let mut bars: Vec<(&str, i32, i32, f64)> = Vec::new();
-    for (i, (_, g)) in groups.iter().enumerate() {
-        let mut runs: Vec<(&str, f64)> = g.iter().filter_map(|r| Some((r.sysctl.as_str(), r.steer_c_per_s?))).collect();
-        runs.sort_by_key(|(s, _)| sysctls.iter().position(|v| v == s));
-        let k_all = runs.len().max(1) as i32;
-        let w = (X * 7 / 10) / k_all;
-        let left = i as i32 * X + (X - w * k_all) / 2;
-        for (k, (s, v)) in runs.into_iter().enumerate() {
-            let x0 = left + k as i32 * w;
-            bars.push((s, x0 + X / 100, x0 + w - X / 100, v.max(0.0)));
-        }
-    }
-    let y_max = bars.iter().map(|b| b.3).fold(0.0, f64::max);
-    // Head room for the value labels and the legend.
-    let y_top = if y_max > 0.0 { y_max * 1.3 } else { 1.0 };
-    let n = groups.len().max(1);
-    let names: Vec<String> = groups.iter().map(|(s, _)| s.to_string()).collect();
-    let width = (160 * n as u32 + 260).max(640);
-
-    let mut svg = String::new();
-    {
-        let err = |e: &dyn std::fmt::Display| anyhow!("drawing the steer-rate chart: {e}");
-        let root = SVGBackend::with_string(&mut svg, (width, 440)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let centres: Vec<i32> = (0..groups.len()).map(|i| i as i32 * X + X / 2).collect();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 24))
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d((0..n as i32 * X).with_key_points(centres), 0f64..y_top)
-            .map_err(|e| err(&e))?;
-        let x_fmt = |x: &i32| usize::try_from(x / X).ok().and_then(|i| names.get(i).cloned()).unwrap_or_default();
-        let y_fmt = |y: &f64| if y_top < 10.0 { format!("{y:.1}") } else { format!("{y:.0}") };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .max_light_lines(1)
-            .x_desc("scenario")
-            .y_desc("Steer-C/s (ndo_rx_flow_steer calls/s)")
-            .x_label_formatter(&x_fmt)
-            .y_label_formatter(&y_fmt)
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
-        for s in &sysctls {
-            let c = colour(s);
-            let mine: Vec<_> = bars.iter().filter(|b| b.0 == *s).collect();
-            chart
-                .draw_series(mine.iter().map(|b| Rectangle::new([(b.1, 0.0), (b.2, b.3)], c.filled())))
-                .map_err(|e| err(&e))?
-                .label(legend_label(s))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
-            let text = TextStyle::from(("sans-serif", 15).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
-            chart
-                .draw_series(mine.iter().map(|b| Text::new(rate_label(b.3), ((b.1 + b.2) / 2, b.3), text.clone())))
-                .map_err(|e| err(&e))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
-        root.present().map_err(|e| err(&e))?;
-    }
-    Ok(svg)
-}
-
 /// Writes `results.json` (`{rows, reports}`), `results.csv` and `steer-rate.svg` into
 /// `dir` (created if needed).
-pub fn write_outputs(dir: &Path, reports: &[Value]) -> anyhow::Result<Outputs> {
+pub fn write_outputs(dir: &Path, reports: &[Report]) -> anyhow::Result<Outputs> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let all: Vec<Row> = reports.iter().flat_map(rows).collect();
     let out = Outputs { json: dir.join("results.json"), csv: dir.join("results.csv"), svg: dir.join("steer-rate.svg") };
@@ -414,100 +275,94 @@ pub fn write_outputs(dir: &Path, reports: &[Value]) -> anyhow::Result<Outputs> {
     write(&out.json, &serde_json::to_vec_pretty(&doc)?)?;
     write(&out.csv, csv(&all).as_bytes())?;
     let title = format!("aRFS steering rate by {SYSCTL}");
-    write(&out.svg, svg_chart(&all, &title)?.as_bytes())?;
+    write(&out.svg, super::chart::svg_chart(&all, &title)?.as_bytes())?;
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::chart::svg_chart;
     use super::*;
+    use crate::report::schema::{DriverReport, GuestReport};
+    use crate::traffic::partner::LinkStats;
+    use serde_json::Value;
 
     #[allow(clippy::too_many_arguments)]
-    fn run(label: &str, sysctl: &str, steer: f64, adds: f64, mods: f64, dels: f64, p50: f64, p99: f64) -> Value {
-        json!({
-            "label": label,
-            "sysctls": { SYSCTL: sysctl, "net.core.rps_sock_flow_entries": "32768" },
-            "link": { "rtt_us_p50": p50, "rtt_us_p99": p99 },
-            "guest": {
-                "module": true,
-                "steer_calls_per_s": steer,
-                "adds_per_s": adds,
-                "mods_per_s": mods,
-                "dels_per_s": dels,
-                "rates_window_s": 10.0,
-                "add_errors": { "-28": 2, "-16": 1 },
-                "lock_contended_pct": 3.5,
-                "lock_wait_ns": 2_000_000_000u64,
-                "system": {
-                    "proc_stat_before": { "cpu": [10, 0, 20, 70, 0, 0, 0, 0, 0, 0] },
-                    "proc_stat_after": { "cpu": [30, 0, 60, 100, 10, 0, 0, 0, 5, 0] },
-                },
+    fn run(label: &str, sysctl: &str, steer: f64, adds: f64, mods: f64, dels: f64, p50: f64, p99: f64) -> RunReport {
+        RunReport {
+            label: label.into(),
+            sysctls: [(SYSCTL, sysctl), ("net.core.rps_sock_flow_entries", "32768")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            link: LinkStats { rtt_us_p50: p50, rtt_us_p99: p99, ..Default::default() },
+            guest: GuestReport {
+                module: true,
+                driver: Some(DriverReport {
+                    steer_calls_per_s: Some(steer),
+                    adds_per_s: Some(adds),
+                    mods_per_s: Some(mods),
+                    dels_per_s: Some(dels),
+                    rates_window_s: Some(10.0),
+                    add_errors: [("ENOSPC".to_string(), 2), ("EBUSY".to_string(), 1)].into_iter().collect(),
+                    lock_contended_pct: 3.5,
+                    lock_wait_us_per_s: Some(200_000.0),
+                    ..Default::default()
+                }),
+                ..Default::default()
             },
-            "flows_stuck_without_filter": 0,
-        })
+            guest_cpu_pct: Some(60.0),
+            flows_stuck_without_filter: Some(0),
+            ..Default::default()
+        }
     }
 
-    /// Two scenarios, runs with the sysctl at 0 and 1. The llc-across runs carry the
-    /// newer fields (window contention, lock wait rate, guest CPU), llc-within's runs
-    /// need the fallbacks.
-    fn reports() -> Vec<Value> {
+    fn report(scenario: &str, runs: Vec<RunReport>) -> Report {
+        Report { schema_version: crate::report::SCHEMA_VERSION, scenario: scenario.into(), runs, ..Default::default() }
+    }
+
+    /// Two scenarios, runs with the sysctl at 0 and 1. The llc-across runs have the
+    /// window's contention; llc-within's use the whole run's.
+    fn reports() -> Vec<Report> {
         let mut across0 = run("sysctl=0", "0", 700.0, 4.0, 620.0, 0.0, 500.0, 80000.0);
         let mut across1 = run("sysctl=1", "1", 630.0, 5.0, 600.0, 0.1, 320.0, 190000.0);
         for (r, cpu) in [(&mut across0, 41.5), (&mut across1, 38.25)] {
-            r["guest"]["lock_contended_pct_window"] = json!(2.25);
-            r["guest"]["lock_wait_us_per_s"] = json!(1234.5);
-            r["guest_cpu_pct"] = json!(cpu);
+            let d = r.guest.driver.as_mut().unwrap();
+            d.lock_contended_pct_window = Some(2.25);
+            d.lock_wait_us_per_s = Some(1234.5);
+            r.guest_cpu_pct = Some(cpu);
         }
-        across1["flows_stuck_without_filter"] = json!(3);
+        across1.flows_stuck_without_filter = Some(3);
         vec![
-            json!({
-                "scenario": "llc-within",
-                "runs": [
+            report(
+                "llc-within",
+                vec![
                     run("sysctl=0", "0", 800.0, 5.0, 626.4, 0.1, 485.0, 73215.0),
                     run("sysctl=1", "1", 4.0, 4.5, 0.0, 0.0, 312.0, 6787.0),
                 ],
-            }),
-            json!({ "scenario": "llc-across", "runs": [across0, across1] }),
+            ),
+            report("llc-across", vec![across0, across1]),
         ]
     }
 
-    /// Runs and reports of every wrong shape.
-    fn broken() -> Vec<Value> {
-        vec![
-            json!({
-                "scenario": "broken, \"quoted\"",
-                "runs": [
-                    { "label": "empty" },
-                    {
-                        "label": 5,
-                        "sysctls": { SYSCTL: 1 },
-                        "link": null,
-                        "guest": {
-                            "steer_calls_per_s": "fast",
-                            "adds_per_s": null,
-                            "add_errors": [1, 2],
-                            "lock_wait_ns": 5,
-                            "rates_window_s": 0.0,
-                            "system": { "proc_stat_before": { "cpu": [1, 2] }, "proc_stat_after": { "cpu": "x" } },
-                        },
-                        "flows_stuck_without_filter": -1,
-                    },
-                    7,
-                    null,
-                ],
-            }),
-            json!({ "runs": "none" }),
-            json!(null),
-            json!([1, 2, 3]),
-        ]
+    /// Runs without what the table shows: no guest module, no rates, no sysctl.
+    fn sparse() -> Vec<Report> {
+        let mut no_rates = run("no-rates", "1", 0.0, 0.0, 0.0, 0.0, 1.0, 2.0);
+        let d = no_rates.guest.driver.as_mut().unwrap();
+        (d.steer_calls_per_s, d.adds_per_s, d.mods_per_s, d.dels_per_s, d.lock_wait_us_per_s) =
+            (None, None, None, None, None);
+        no_rates.guest_cpu_pct = None;
+        let mut no_module = RunReport { label: "empty".into(), ..Default::default() };
+        no_module.sysctls.insert(SYSCTL.into(), " ".into());
+        vec![report("broken, \"quoted\"", vec![no_module, no_rates])]
     }
 
-    fn all_rows(reports: &[Value]) -> Vec<Row> {
+    fn all_rows(reports: &[Report]) -> Vec<Row> {
         reports.iter().flat_map(rows).collect()
     }
 
     #[test]
-    fn rows_take_fields_and_fallbacks() {
+    fn rows_take_fields() {
         let rs = all_rows(&reports());
         assert_eq!(rs.len(), 4);
         let w0 = &rs[0];
@@ -517,14 +372,12 @@ mod tests {
         assert_eq!(w0.mod_per_s, Some(626.4));
         assert_eq!(w0.del_per_s, Some(0.1));
         assert_eq!(w0.add_errors, Some(3));
+        // No window figure: the whole run's.
         assert_eq!(w0.lock_contended_pct, Some(3.5));
-        // 2e9 ns over a 10 s window.
         assert_eq!(w0.lock_wait_us_per_s, Some(200_000.0));
         assert_eq!(w0.rtt_p50_us, Some(485.0));
         assert_eq!(w0.rtt_p99_us, Some(73215.0));
-        // Δtotal = 200 - 100 (guest column ignored), Δ(idle+iowait) = 110 - 70 → 60 % busy.
-        let cpu = w0.guest_cpu_pct.unwrap();
-        assert!((cpu - 60.0).abs() < 1e-9, "{cpu}");
+        assert_eq!(w0.guest_cpu_pct, Some(60.0));
         assert_eq!(w0.stuck_flows, Some(0));
         assert_eq!(rs[1].sysctl, "1");
         assert_eq!(rs[1].steer_c_per_s, Some(4.0));
@@ -563,11 +416,11 @@ mod tests {
     #[test]
     fn no_ratio_without_pair() {
         let mut r = reports().remove(0);
-        r["runs"].as_array_mut().unwrap().pop();
+        r.runs.pop();
         let t = table(&rows(&r));
         assert!(!t.contains("Steer-C/s at sysctl=1"), "{t}");
         let mut z = reports().remove(0);
-        z["runs"][0]["guest"]["steer_calls_per_s"] = json!(0.0);
+        z.runs[0].guest.driver.as_mut().unwrap().steer_calls_per_s = Some(0.0);
         assert!(table(&rows(&z)).contains("llc-within: Steer-C/s at sysctl=1 vs sysctl=0: n/a"));
     }
 
@@ -610,29 +463,39 @@ mod tests {
     }
 
     #[test]
-    fn missing_and_malformed_fields_are_dashes() {
-        let rs = all_rows(&broken());
-        assert_eq!(rs.len(), 4);
+    fn markdown_has_the_table_columns_and_ratios() {
+        let m = markdown(&all_rows(&reports()));
+        let lines: Vec<&str> = m.lines().collect();
+        assert_eq!(lines[0], format!("| {} |", HEADER.join(" | ")));
+        assert!(lines[1].starts_with("|---|---|---:|"));
+        assert_eq!(lines.iter().filter(|l| l.starts_with("| llc-")).count(), 4);
+        assert!(
+            m.contains("| llc-within | 0 | 800.0 | 5.0 | 626.4 | 0.1 | 3 | 3.50 | 200000.0 | 485 | 73215 | 60.0 | 0 |"),
+            "{m}"
+        );
+        assert!(m.contains("- llc-across: Steer-C/s at sysctl=1 is 90.0% of sysctl=0 (630.0 vs 700.0 calls/s)"), "{m}");
+    }
+
+    #[test]
+    fn missing_values_are_dashes() {
+        let rs = all_rows(&sparse());
+        assert_eq!(rs.len(), 2);
         assert_eq!(rs[0].scenario, "broken, \"quoted\"");
         assert_eq!((rs[0].label.as_str(), rs[0].sysctl.as_str()), ("empty", "-"));
-        assert_eq!(rs[1].label, "5");
         assert_eq!(rs[1].sysctl, "1");
-        assert_eq!(rs[2].label, "-");
         for r in &rs {
             assert_eq!(r.steer_c_per_s, None);
             assert_eq!(r.add_per_s, None);
-            assert_eq!(r.add_errors, None);
             assert_eq!(r.lock_wait_us_per_s, None);
-            assert_eq!(r.rtt_p50_us, None);
             assert_eq!(r.guest_cpu_pct, None);
-            assert_eq!(r.stuck_flows, None);
         }
+        assert_eq!((rs[0].add_errors, rs[0].stuck_flows, rs[0].lock_contended_pct), (None, None, None));
         let t = table(&rs);
-        let row = t.lines().find(|l| l.starts_with("broken") && l.contains(" 1 ")).unwrap();
-        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 11, "{row}");
+        let row = t.lines().find(|l| l.starts_with("broken")).unwrap_or_else(|| panic!("{t}"));
+        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 10, "{row}");
         assert!(!t.contains("Steer-C/s at sysctl=1"));
         let c = csv(&rs);
-        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,,,,");
+        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,0,0,,");
         let svg = svg_chart(&rs, "t").unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("arfs_llc_affinity unset"));
         assert!(svg_chart(&[], "empty").unwrap().starts_with("<svg"));
@@ -640,26 +503,18 @@ mod tests {
     }
 
     #[test]
-    fn cpu_pct_edge_cases() {
-        assert_eq!(cpu_busy_pct(&json!([1, 2, 3, 4]), &json!([1, 2, 3, 4])), None);
-        assert_eq!(cpu_busy_pct(&json!([0, 0, 0, 0]), &json!([50, 0, 0, 50])), Some(50.0));
-        assert_eq!(cpu_busy_pct(&json!([5, 0, 0, 0]), &json!([0, 0, 0, 0])), None);
-        assert_eq!(cpu_busy_pct(&json!([0, 0, 0]), &json!([1, 1, 1])), None);
-    }
-
-    #[test]
     fn write_outputs_writes_three_files() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("out/nested");
         let mut rs = reports();
-        rs.extend(broken());
+        rs.extend(sparse());
         let o = write_outputs(&sub, &rs).unwrap();
         let doc: Value = serde_json::from_slice(&std::fs::read(&o.json).unwrap()).unwrap();
-        assert_eq!(doc["rows"].as_array().unwrap().len(), 8);
+        assert_eq!(doc["rows"].as_array().unwrap().len(), 6);
         assert_eq!(doc["reports"].as_array().unwrap().len(), rs.len());
         assert_eq!(doc["rows"][0]["steer_c_per_s"], json!(800.0));
         assert_eq!(doc["rows"][4]["steer_c_per_s"], Value::Null);
-        assert_eq!(std::fs::read_to_string(&o.csv).unwrap().lines().count(), 9);
+        assert_eq!(std::fs::read_to_string(&o.csv).unwrap().lines().count(), 7);
         assert!(std::fs::read_to_string(&o.svg).unwrap().starts_with("<svg"));
     }
 }

@@ -1,0 +1,372 @@
+//! The run report: what `arfsnic run --json` writes and everything else reads (the
+//! results table, `compare`, the demo, the fidelity tests). Typed and versioned: a field
+//! renamed here breaks its readers at compile time, and a report written by another
+//! schema version is refused with a clear message instead of being half-read.
+//!
+//! Layering: the runner fills these structs; the rest of `report/` only reads them.
+//! Nothing here imports the runner. Counter structs of the layers below (link partner,
+//! device snapshot, engine) are embedded as they are, as firecracker embeds its metrics.
+//!
+//! docs/measuring.md defines every number.
+
+use crate::device::guest::BucketPercentile;
+use crate::device::snapshot::{FilterSummary, FrameCounters};
+use crate::model::engine::EngineStats;
+use crate::model::filter::PartitionStats;
+use crate::traffic::partner::LinkStats;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The version this build writes and reads. Bump it when a field changes meaning or
+/// disappears (adding an optional field does not need a bump).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One scenario: its setting and one entry per run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub scenario: String,
+    /// `debian-6.12`, `patched`, or the image path's label.
+    pub kernel: String,
+    pub kernel_image: PathBuf,
+    /// `tcg` or `kvm`.
+    pub accel: String,
+    pub queues: u16,
+    pub vcpus: u32,
+    /// `sockets=S dies=D cores=C threads=T cpu=MODEL[ l3_per=X]`.
+    pub topology: String,
+    /// Wall time of the whole scenario (all runs, boots included).
+    pub wall_s: f64,
+    pub backend: BackendSummary,
+    pub runs: Vec<RunReport>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendSummary {
+    /// QEMU connections the one backend served.
+    pub connections: u64,
+    pub protocol_errors: u64,
+}
+
+/// One run: one boot of the guest with one set of sysctls and one profile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub label: String,
+    /// The sysctls the guest set before the workload (scenario's plus the run's).
+    pub sysctls: BTreeMap<String, String>,
+    /// Seconds of offered traffic (`None` when the traffic never started).
+    pub duration_s: Option<f64>,
+    pub profile: String,
+    /// The built-in link partner's view: requests, responses, RTT, per-flow records.
+    pub link: LinkStats,
+    pub device: DeviceReport,
+    /// Per RX queue, what the guest's own counters say it received.
+    pub guest_rx_packets_per_queue: Vec<u64>,
+    pub guest: GuestReport,
+    /// Per flow, at the end of the run.
+    pub flows: Vec<FlowView>,
+    /// `None` when the guest module did not run.
+    pub flows_stuck_without_filter: Option<u64>,
+    /// Busy share of all guest CPUs over the workload (`/proc/stat`).
+    pub guest_cpu_pct: Option<f64>,
+    pub logs: RunLogs,
+    /// Boots this run needed (2 after one boot failure).
+    pub boot_attempts: u32,
+    /// The first line of each failed boot.
+    pub boot_failures: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunLogs {
+    pub serial: PathBuf,
+    pub qemu_stderr: PathBuf,
+}
+
+/// The device side of a run: per-queue counters (differences over the run), filter and
+/// control-plane counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    pub rx_packets_per_queue: Vec<u64>,
+    pub rss_delivered_per_queue: Vec<u64>,
+    pub filter_delivered_per_queue: Vec<u64>,
+    pub control_delivered_per_queue: Vec<u64>,
+    pub rx_dropped_no_buffer_per_queue: Vec<u64>,
+    pub rss_delivered: u64,
+    pub filter_delivered: u64,
+    pub rx_dropped_no_buffer: u64,
+    pub dropped_by_filter: u64,
+    pub malformed: u64,
+    /// Frames taken from each TX queue.
+    pub tx_packets_per_queue: Vec<u64>,
+    /// Flows whose last packet reached another queue than the device chose.
+    pub flows_misdelivered: u64,
+    pub flows_compared_with_guest: u64,
+    pub profile: String,
+    pub filter: FilterReport,
+    pub control: ControlReport,
+}
+
+/// `device.filter`: the command engine's filter counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilterReport {
+    #[serde(flatten)]
+    pub summary: FilterSummary,
+    /// Rules the device aged out by itself.
+    pub aged_out: u64,
+}
+
+/// `device.control`: control frames, the engine and its table partitions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ControlReport {
+    pub frames: FrameCounters,
+    pub engine: EngineStats,
+    pub partitions: Vec<PartitionStats>,
+}
+
+/// `guest`: the driver's counters from its STATS frames (when the module ran) and the
+/// guest system's own JSON block (`system`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawGuest")]
+pub struct GuestReport {
+    /// Whether the `arfs_virtio` driver reported (STATS frames arrived).
+    pub module: bool,
+    pub system: GuestSystem,
+    #[serde(flatten)]
+    pub driver: Option<DriverReport>,
+}
+
+/// `guest` as it is on disk: the driver's fields sit next to `module` and `system`. A
+/// driver field of the wrong type is an error naming it, never a silently missing driver.
+#[derive(Deserialize)]
+struct RawGuest {
+    module: bool,
+    system: GuestSystem,
+    #[serde(flatten)]
+    driver: serde_json::Map<String, Value>,
+}
+
+impl TryFrom<RawGuest> for GuestReport {
+    type Error = String;
+
+    fn try_from(r: RawGuest) -> Result<Self, String> {
+        let driver = match r.driver.is_empty() {
+            true => None,
+            false => Some(
+                serde_path_to_error::deserialize(Value::Object(r.driver))
+                    .map_err(|e| format!("{}: {}", e.path(), e.inner()))?,
+            ),
+        };
+        Ok(GuestReport { module: r.module, system: r.system, driver })
+    }
+}
+
+/// What the guest's init printed about itself. The fields readers use are typed; the
+/// rest (IRQs, softnet, /proc/stat, workload records, …) is kept as the guest wrote it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GuestSystem {
+    /// The sysctls as the guest read them back after setting them.
+    #[serde(default)]
+    pub sysctls: BTreeMap<String, String>,
+    /// `MODULE ok` / `MODULE failed …` per module unloaded during the run.
+    #[serde(default)]
+    pub rmmod: Vec<String>,
+    /// Kernel log lines at warning level or worse.
+    #[serde(default)]
+    pub dmesg_warnings: u64,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// The driver's counters of one run (docs/measuring.md). Rates are over the traffic
+/// window after the scenario's warm-up; `None` when fewer than two STATS samples fell in
+/// it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DriverReport {
+    pub steer_calls: u64,
+    pub steer_calls_per_s: Option<f64>,
+    pub adds_per_s: Option<f64>,
+    pub mods_per_s: Option<f64>,
+    pub dels_per_s: Option<f64>,
+    pub lock_contended_pct_window: Option<f64>,
+    pub lock_wait_us_per_s: Option<f64>,
+    pub rates_window_s: Option<f64>,
+    /// Start of the rates' window, seconds after the traffic started.
+    pub rates_from_s: Option<f64>,
+    /// Second by second over the traffic, like `funccount -i 1`.
+    pub per_second: Vec<PerSecond>,
+    pub steer_new: u64,
+    pub steer_update: u64,
+    pub steer_same: u64,
+    pub adds_ok: u64,
+    pub mods_ok: u64,
+    pub dels_ok: u64,
+    pub add_errors: BTreeMap<String, u64>,
+    pub mod_errors: BTreeMap<String, u64>,
+    pub del_errors: BTreeMap<String, u64>,
+    pub lock_acquired: u64,
+    pub lock_contended: u64,
+    /// Over the whole run (the window's figure is `lock_contended_pct_window`).
+    pub lock_contended_pct: f64,
+    pub lock_wait_ns: u64,
+    pub lock_wait_ns_max: u64,
+    pub rules_now: u64,
+    pub rules_peak: u64,
+    pub expire_scans: u64,
+    pub expire_scanned: u64,
+    pub cmd_timeouts: u64,
+    pub cmd_latency_us_p50: Option<BucketPercentile>,
+    pub cmd_latency_us_p90: Option<BucketPercentile>,
+    pub cmd_latency_us_p99: Option<BucketPercentile>,
+    pub cmd_latency_hist_log2_us: Vec<u64>,
+    pub stats_reports: u64,
+    /// Every counter of the latest STATS frame by protocol name.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// One second of the driver's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerSecond {
+    pub t_s: u64,
+    pub steer_calls: u64,
+    pub adds: u64,
+    pub mods: u64,
+    pub dels: u64,
+}
+
+/// One flow at the end of a run, as device and guest saw it (docs/measuring.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowView {
+    pub flow: u32,
+    /// `udp PARTNER:PORT GUEST:PORT`, the packets the guest receives.
+    pub tuple: String,
+    pub responses: u64,
+    /// RX queue of the flow's last packet (device side).
+    pub queue: Option<u16>,
+    /// A filter exists for the flow in the device table at the end of the run.
+    pub filter: Option<u32>,
+    pub filter_queue: Option<u16>,
+    /// Seconds from the start of the traffic until the filter was installed (negative:
+    /// before the traffic started).
+    pub filter_since_s: Option<f64>,
+    /// Guest CPU that served the flow's last request (from the echo replies).
+    pub app_cpu: Option<u32>,
+    /// The CPU the IRQ of `queue` is delivered to (guest's effective affinity).
+    pub irq_cpu: Option<u32>,
+    /// app_cpu and irq_cpu share a last-level cache (guest's LLC groups).
+    pub same_llc: Option<bool>,
+    /// How long before the end of sending the flow's requests had all gone through RSS
+    /// (no filter hit), in ms; `None` when its last request hit a filter.
+    pub via_rss_only_ms: Option<u64>,
+    pub stuck_without_filter: bool,
+}
+
+/// Why a file is not a report this build can read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{source_name}: cannot read: {err}")]
+    Read { source_name: String, err: std::io::Error },
+    #[error("{source_name}: not valid JSON: {err}")]
+    Json { source_name: String, err: serde_json::Error },
+    #[error(
+        "{source_name}: no `schema_version`: written before arfsnic's reports were versioned; \
+         re-run the scenario with this arfsnic to compare it"
+    )]
+    NoVersion { source_name: String },
+    #[error(
+        "{source_name}: schema_version {found}, this arfsnic reads version {SCHEMA_VERSION}; \
+         use the arfsnic that wrote it, or re-run the scenario"
+    )]
+    Version { source_name: String, found: Value },
+    #[error("{source_name}: `{path}`: {err}")]
+    Shape { source_name: String, path: String, err: String },
+}
+
+impl Report {
+    /// Parse a report; `source_name` names it in errors (`baseline base.json`). The
+    /// version is checked before the shape, so an old report says so instead of naming
+    /// the first field that moved.
+    pub fn from_json(text: &str, source_name: &str) -> Result<Report, LoadError> {
+        let source_name = source_name.to_string();
+        let v: Value =
+            serde_json::from_str(text).map_err(|err| LoadError::Json { source_name: source_name.clone(), err })?;
+        Report::from_value(v, &source_name)
+    }
+
+    /// As [`Report::from_json`], from a parsed value.
+    pub fn from_value(v: Value, source_name: &str) -> Result<Report, LoadError> {
+        let source_name = source_name.to_string();
+        match v.get("schema_version") {
+            None => return Err(LoadError::NoVersion { source_name }),
+            Some(x) if x.as_u64() == Some(u64::from(SCHEMA_VERSION)) => {}
+            Some(x) => return Err(LoadError::Version { source_name, found: x.clone() }),
+        }
+        serde_path_to_error::deserialize(v).map_err(|e| LoadError::Shape {
+            source_name,
+            path: e.path().to_string(),
+            err: e.inner().to_string(),
+        })
+    }
+
+    /// Read a report file; `role` (`baseline`, `report`) and the path name it in errors.
+    pub fn load(path: &Path, role: &str) -> Result<Report, LoadError> {
+        let source_name = format!("{role} {}", path.display());
+        let text =
+            std::fs::read_to_string(path).map_err(|err| LoadError::Read { source_name: source_name.clone(), err })?;
+        Report::from_json(&text, &source_name)
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        // Plain data (strings, numbers, maps with string keys): serialisation cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+impl RunReport {
+    /// The driver's counters, when the guest module ran.
+    pub fn driver(&self) -> Option<&DriverReport> {
+        self.guest.driver.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../tests/data/report-v1.json");
+
+    /// The committed example (a real `steer` scenario report on Debian 6.12, trimmed to
+    /// four flows, log paths made relative) parses and writes back to the same value.
+    #[test]
+    fn example_report_round_trips() {
+        let r = Report::from_json(EXAMPLE, "example").unwrap();
+        assert_eq!(r.schema_version, SCHEMA_VERSION);
+        assert_eq!(r.runs.len(), 1);
+        let back: Value = serde_json::from_str(&r.to_json_pretty()).unwrap();
+        let orig: Value = serde_json::from_str(EXAMPLE).unwrap();
+        assert_eq!(back, orig);
+        let r2 = Report::from_value(back, "again").unwrap();
+        assert_eq!(r, r2);
+        assert!(r.runs[0].driver().is_some_and(|d| d.steer_calls_per_s.is_some()));
+    }
+
+    #[test]
+    fn other_versions_are_refused_by_name() {
+        let mut v: Value = serde_json::from_str(EXAMPLE).unwrap();
+        v["schema_version"] = 99.into();
+        let e = Report::from_value(v.clone(), "baseline b.json").unwrap_err().to_string();
+        assert!(e.contains("baseline b.json: schema_version 99, this arfsnic reads version 1"), "{e}");
+        v.as_object_mut().unwrap().remove("schema_version");
+        let e = Report::from_value(v, "old.json").unwrap_err().to_string();
+        assert!(e.starts_with("old.json: no `schema_version`"), "{e}");
+    }
+
+    #[test]
+    fn a_broken_field_is_named_with_its_path() {
+        let mut v: Value = serde_json::from_str(EXAMPLE).unwrap();
+        v["runs"][0]["link"]["responses"] = "many".into();
+        let e = Report::from_value(v, "r.json").unwrap_err().to_string();
+        assert!(e.starts_with("r.json: `runs[0].link.responses`: invalid type"), "{e}");
+    }
+}
