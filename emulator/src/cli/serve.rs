@@ -9,7 +9,7 @@ use crate::wire::MacAddr;
 use anyhow::{anyhow, Context};
 use clap::Args;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -71,10 +71,11 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         a.socket.display(),
         if a.tap.is_some() { "tap" } else { "no traffic source: frames from the guest are counted and dropped" }
     );
-    let stop = AtomicBool::new(false);
+    // `serve` ends after --connections frontends or when killed; nothing else stops it.
+    let never = AtomicBool::new(false);
     let mut served = 0u64;
     loop {
-        if backend.serve_one(&stop)? {
+        if backend.serve_one(&never)? {
             served += 1;
             let c = backend.counters();
             let n = emu.nic.snapshot();
@@ -90,7 +91,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
                 f.rules_now
             );
         }
-        if a.connections.is_some_and(|n| served >= n) || stop.load(Ordering::Relaxed) {
+        if a.connections.is_some_and(|n| served >= n) {
             return Ok(());
         }
     }

@@ -1,7 +1,7 @@
 //! The device clock: monotonic nanoseconds since the device started. The NIC model takes
 //! explicit timestamps; the runtime passes this clock's readings.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
@@ -22,10 +22,5 @@ impl Clock {
     /// Nanoseconds since the epoch.
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// The instant of a device timestamp.
-    pub fn instant(&self, ns: u64) -> Instant {
-        self.epoch + Duration::from_nanos(ns)
     }
 }
