@@ -62,19 +62,6 @@ pub const ARP_RETRY: Duration = Duration::from_millis(200);
 const BURST: u64 = 32;
 const SWEEP_EVERY: Duration = Duration::from_millis(10);
 
-impl Serialize for MacAddr {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for MacAddr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
-
 /// Open loop: requests leave at `rate_pps` whatever the guest answers. Closed loop: at most
 /// `window` outstanding requests per flow (and at most `rate_pps` if it is non-zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
