@@ -4,15 +4,8 @@
 //!
 //! # Wire contract with the guest workload
 //! Flow `i` (0-based) is the UDP 5-tuple `partner_ip:(partner_base_port+i) ->
-//! guest_ip:(guest_base_port+i)`. A request's UDP payload is `payload` bytes:
-//!
-//! | bytes  | content                                   |
-//! |--------|-------------------------------------------|
-//! | 0..4   | `"ARFS"`                                  |
-//! | 4..8   | flow index (u32, big endian)              |
-//! | 8..12  | sequence number (u32, big endian)         |
-//! | 12..16 | zero                                      |
-//! | 16..   | padding                                   |
+//! guest_ip:(guest_base_port+i)`. A request's UDP payload is `payload` bytes in the layout
+//! of [`crate::wire::echo`]: magic, flow index, sequence number, zero, padding.
 //!
 //! The guest echoes the payload back on the reversed 5-tuple with bytes 12..16 set to the CPU
 //! that served it (u32, big endian). Anything else arriving on a flow's ports is counted in
@@ -31,6 +24,8 @@
 //! rare ARP/ND reply.
 
 use crate::traffic::{Delivery, GuestPeer, ToGuest};
+pub use crate::wire::echo::{echo_response, request_ids, MAGIC, MAX_PAYLOAD, MIN_PAYLOAD};
+use crate::wire::echo::{Header, HEADER_LEN};
 pub use crate::wire::ethernet::MacAddr;
 use arc_swap::ArcSwap;
 use etherparse::{
@@ -46,12 +41,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-/// Magic at the start of every request/response payload.
-pub const MAGIC: [u8; 4] = *b"ARFS";
-/// Smallest payload that holds the header fields.
-pub const MIN_PAYLOAD: usize = 16;
-/// Largest payload that fits a 1500-byte IPv4 MTU.
-pub const MAX_PAYLOAD: usize = 1472;
 /// CPU numbers in responses at or above this are treated as malformed (bounds `cpu_counts`).
 pub const MAX_CPUS: u32 = 4096;
 /// Queue numbers at or above this are not histogrammed (bounds `queue_counts`).
@@ -520,13 +509,11 @@ impl Inner {
             run.bad.fetch_add(1, Relaxed);
             return;
         }
-        let Some(hdr) = payload.get(..16) else {
+        let Ok(Header { flow, seq, cpu }) = Header::parse(payload) else {
             run.bad.fetch_add(1, Relaxed);
             return;
         };
-        let be = |o: usize| u32::from_be_bytes([hdr[o], hdr[o + 1], hdr[o + 2], hdr[o + 3]]);
-        let (flow, seq, cpu) = (be(4), be(8), be(12));
-        if hdr[..4] != MAGIC || flow != i || cpu >= MAX_CPUS {
+        if flow != i || cpu >= MAX_CPUS {
             run.bad.fetch_add(1, Relaxed);
             return;
         }
@@ -572,9 +559,7 @@ impl Inner {
             f.rec.requests += 1;
             seq
         };
-        payload[4..8].copy_from_slice(&(i as u32).to_be_bytes());
-        payload[8..12].copy_from_slice(&seq.to_be_bytes());
-        payload[12..16].fill(0);
+        Header::request(i as u32, seq).emit(payload);
         frame.clear();
         let built = PacketBuilder::ethernet2(cfg.partner_mac.0, dst.0)
             .ipv4(cfg.partner_ipv4.octets(), cfg.guest_ipv4.octets(), 64)
@@ -632,11 +617,11 @@ fn sender_loop(inner: &Inner, run: &Run) {
     let nflows = run.flows.len();
     let cap = cfg.in_flight_cap();
     let mut frame = Vec::with_capacity(64 + cfg.payload);
+    // The header is written per request; the padding stays.
     let mut payload = vec![0u8; cfg.payload];
-    for (k, b) in payload.iter_mut().enumerate().skip(MIN_PAYLOAD) {
+    for (k, b) in payload.iter_mut().enumerate().skip(HEADER_LEN) {
         *b = k as u8;
     }
-    payload[..4].copy_from_slice(&MAGIC);
     let duration = (cfg.duration_s > 0.0).then(|| Duration::from_secs_f64(cfg.duration_s));
     let mut next_arp = Instant::now();
     let mut next_sweep = Instant::now() + SWEEP_EVERY;
@@ -968,51 +953,6 @@ impl GuestPeer for LinkPartner {
             self.inner.guest_mac.store(v, Relaxed);
         }
     }
-}
-
-/// Build the guest side's answer to a request frame, as the guest workload does it: swap
-/// MACs, addresses and ports, keep the payload and write `cpu` into bytes 12..16. Returns
-/// `None` for anything that is not an IPv4 UDP request of this protocol. Used by tests and
-/// by tools that play the guest.
-pub fn echo_response(request: &[u8], cpu: u32) -> Option<Vec<u8>> {
-    let p = SlicedPacket::from_ethernet(request).ok()?;
-    let Some(LinkSlice::Ethernet2(eth)) = &p.link else {
-        return None;
-    };
-    let Some(NetSlice::Ipv4(ip)) = &p.net else {
-        return None;
-    };
-    let Some(TransportSlice::Udp(u)) = &p.transport else {
-        return None;
-    };
-    let payload = u.payload();
-    if payload.len() < MIN_PAYLOAD || payload[..4] != MAGIC {
-        return None;
-    }
-    let mut pl = payload.to_vec();
-    pl[12..16].copy_from_slice(&cpu.to_be_bytes());
-    let h = ip.header();
-    let mut out = Vec::with_capacity(request.len());
-    PacketBuilder::ethernet2(eth.destination(), eth.source())
-        .ipv4(h.destination(), h.source(), 64)
-        .udp(u.destination_port(), u.source_port())
-        .write(&mut out, &pl)
-        .ok()?;
-    Some(out)
-}
-
-/// Flow index and sequence number of a request frame built by the partner (for tests and
-/// guest emulations).
-pub fn request_ids(frame: &[u8]) -> Option<(u32, u32)> {
-    let p = SlicedPacket::from_ethernet(frame).ok()?;
-    let Some(TransportSlice::Udp(u)) = &p.transport else {
-        return None;
-    };
-    let pl = u.payload();
-    if pl.len() < MIN_PAYLOAD || pl[..4] != MAGIC {
-        return None;
-    }
-    Some((u32::from_be_bytes([pl[4], pl[5], pl[6], pl[7]]), u32::from_be_bytes([pl[8], pl[9], pl[10], pl[11]])))
 }
 
 #[cfg(test)]
