@@ -16,9 +16,9 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// CPU numbers in responses at or above this are treated as malformed (bounds `cpu_counts`).
-pub const MAX_CPUS: u32 = 4096;
+const MAX_CPUS: u32 = 4096;
 /// Queue numbers at or above this are not histogrammed (bounds `queue_counts`).
-pub const MAX_QUEUES: u16 = 1024;
+const MAX_QUEUES: u16 = 1024;
 /// Largest number of requests the pacer sends back to back.
 const BURST: u64 = 32;
 const SWEEP_EVERY: Duration = Duration::from_millis(10);

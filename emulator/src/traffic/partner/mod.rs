@@ -34,10 +34,8 @@ mod neighbor;
 mod stats;
 
 pub use self::config::{LoopMode, PartnerConfig, PartnerError};
-pub use self::flows::{MAX_CPUS, MAX_QUEUES};
-pub use self::neighbor::ARP_RETRY;
 pub use self::stats::{FlowRecord, LinkStats};
-pub use crate::wire::echo::{echo_response, request_ids, MAGIC, MAX_PAYLOAD, MIN_PAYLOAD};
+pub use crate::wire::echo::{echo_response, request_ids};
 pub use crate::wire::ethernet::MacAddr;
 
 use self::flows::{flow_record, sender_loop, Run};

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Interval of ARP requests while the guest MAC is unknown.
-pub const ARP_RETRY: Duration = Duration::from_millis(200);
+pub(super) const ARP_RETRY: Duration = Duration::from_millis(200);
 
 const MAC_KNOWN: u64 = 1 << 63;
 
