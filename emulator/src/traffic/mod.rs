@@ -5,7 +5,4 @@
 pub mod partner;
 pub mod tap;
 
-pub use partner::{LinkPartner, LinkStats, PartnerConfig};
-pub use tap::TapPeer;
-
 pub use crate::device::{Delivery, GuestPeer, ToGuest};

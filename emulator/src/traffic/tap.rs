@@ -30,11 +30,11 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 /// Size of the vnet header we configure (`virtio_net_hdr_mrg_rxbuf`).
-pub const VNET_HDR_LEN: usize = 12;
+const VNET_HDR_LEN: usize = 12;
 /// Largest frame read from the tap (64 KiB plus Ethernet/VLAN headers).
-pub const MAX_TAP_FRAME: usize = 65550;
+const MAX_TAP_FRAME: usize = 65550;
 /// Most queues one tap may have (the kernel's MAX_TAP_QUEUES is 256).
-pub const MAX_TAP_QUEUES: u16 = 256;
+const MAX_TAP_QUEUES: u16 = 256;
 
 const TUN_PATH: &str = "/dev/net/tun";
 // _IOW('T', 202, int) and _IOW('T', 216, int) from <linux/if_tun.h>.
@@ -177,10 +177,6 @@ impl TapPeer {
             wake: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
         }))
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     pub fn queues(&self) -> u16 {
@@ -369,7 +365,7 @@ impl Reader {
 /// Finish a partial checksum as a device does for NEEDS_CSUM: the 16-bit one's complement
 /// sum of `frame[start..]` (the pseudo-header sum is already in the checksum field) stored
 /// at `start + off`. Returns false when the offsets do not fit the frame.
-pub fn complete_checksum(frame: &mut [u8], start: usize, off: usize) -> bool {
+fn complete_checksum(frame: &mut [u8], start: usize, off: usize) -> bool {
     let Some(at) = start.checked_add(off) else {
         return false;
     };

@@ -2,6 +2,7 @@
 //! that peels 802.1Q / 802.1ad tags for the crate's hand-read paths (control frames,
 //! dispatch of TX frames); full frame parsing is `parse.rs` on etherparse.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -72,6 +73,20 @@ impl FromStr for MacAddr {
     }
 }
 
+/// Serialized as its text form.
+impl Serialize for MacAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The EtherType of `frame` and the offset of its payload, behind at most one 802.1Q or
 /// 802.1ad tag. `None` when the frame is too short for what its header announces.
 pub fn ethertype(frame: &[u8]) -> Option<(u16, usize)> {
@@ -96,6 +111,14 @@ mod tests {
         assert!("02:a5:f1:00:00:01:02".parse::<MacAddr>().is_err());
         assert!("zz:a5:f1:00:00:01".parse::<MacAddr>().is_err());
         assert_eq!(MacAddr::from_u64(m.to_u64()), m);
+    }
+
+    #[test]
+    fn mac_serializes_as_text() {
+        let m = MacAddr([2, 0xa5, 0xf1, 0, 0, 1]);
+        assert_eq!(serde_json::to_string(&m).unwrap(), "\"02:a5:f1:00:00:01\"");
+        assert_eq!(serde_json::from_str::<MacAddr>("\"02:a5:f1:00:00:01\"").unwrap(), m);
+        assert!(serde_json::from_str::<MacAddr>("\"02:a5:f1\"").is_err());
     }
 
     #[test]

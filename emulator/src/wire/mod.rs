@@ -5,6 +5,7 @@
 //! feed RSS and the filter table. Measured cost is in `docs/architecture.md`.
 
 pub mod control;
+pub mod echo;
 pub mod ethernet;
 pub mod flow;
 pub mod parse;

@@ -1,0 +1,110 @@
+//! What a run of the link partner reports: per-flow records, the run's totals, and the
+//! RTT histogram they are summarised from.
+
+use super::lock;
+use crate::wire::ethernet::MacAddr;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Per-flow record of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowRecord {
+    pub flow: u32,
+    pub guest_port: u16,
+    pub partner_port: u16,
+    pub requests: u64,
+    pub responses: u64,
+    /// Requests the NIC did not put into the guest (drop filter, no RX buffers, link down).
+    pub not_delivered: u64,
+    /// Requests per RX queue the NIC chose (index = queue).
+    pub queue_counts: Vec<u64>,
+    pub last_queue: Option<u16>,
+    /// Requests steered by a filter (rest: RSS).
+    pub via_filter: u64,
+    pub last_filter: Option<u32>,
+    /// How long, in ms up to the end of sending (or to now while running), the flow's
+    /// delivered requests have all gone through RSS, none through a filter; `None` when its
+    /// last delivered request hit a filter or none was delivered. Tells a flow that lost
+    /// its filter a moment ago (a re-steer on the way) from one left without any.
+    pub via_rss_only_ms: Option<u64>,
+    /// Guest CPU that served the last response.
+    pub last_cpu: Option<u32>,
+    /// Responses per guest CPU (index = CPU).
+    pub cpu_counts: Vec<u64>,
+}
+
+/// Link partner statistics (serializable; the runner copies them into the JSON report).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkStats {
+    pub flows: u32,
+    pub requests: u64,
+    pub responses: u64,
+    /// After `stop()`: requests - responses. While running: requests dropped from the
+    /// in-flight table so far (timeout or overflow).
+    pub lost: u64,
+    /// Requests still waiting for a response (0 after `stop()`).
+    pub in_flight: u64,
+    pub rtt_us_p50: f64,
+    pub rtt_us_p99: f64,
+    pub rtt_us_max: f64,
+    pub rtt_us_mean: f64,
+    /// Seconds from the first request to the end of sending (or now).
+    pub duration_s: f64,
+    pub requests_per_s: f64,
+    pub responses_per_s: f64,
+    pub not_delivered: u64,
+    pub per_flow: Vec<FlowRecord>,
+    pub arp_requests_answered: u64,
+    pub arp_requests_sent: u64,
+    pub nd_solicitations_answered: u64,
+    pub guest_mac: Option<MacAddr>,
+    /// Frames on a flow's ports that are not a valid response to that flow.
+    pub bad_responses: u64,
+    /// Valid responses whose request was no longer outstanding.
+    pub late_responses: u64,
+    /// ICMP port-unreachable messages from the guest (requests that found no socket,
+    /// typically sent before the guest workload was listening).
+    pub port_unreachable: u64,
+    /// Frames from the guest that are neither ARP/ND nor flow traffic.
+    pub other_frames: u64,
+    pub running: bool,
+}
+
+/// Round-trip times of one run in µs: 1 µs .. 60 s, 3 significant digits.
+pub(super) struct Rtt(Mutex<Histogram<u64>>);
+
+/// Quantiles of a run's round-trip times in µs (all 0 before the first response).
+pub(super) struct RttSummary {
+    pub(super) p50: f64,
+    pub(super) p99: f64,
+    pub(super) max: f64,
+    pub(super) mean: f64,
+}
+
+impl Rtt {
+    pub(super) fn new() -> Self {
+        Rtt(Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3).expect("static histogram bounds are valid")))
+    }
+
+    /// One round trip (counted as at least 1 µs; beyond the bounds it saturates).
+    pub(super) fn record(&self, rtt: Duration) {
+        let us = rtt.as_micros().max(1);
+        lock(&self.0).saturating_record(u64::try_from(us).unwrap_or(u64::MAX));
+    }
+
+    pub(super) fn summary(&self) -> RttSummary {
+        let h = lock(&self.0);
+        if h.is_empty() {
+            RttSummary { p50: 0.0, p99: 0.0, max: 0.0, mean: 0.0 }
+        } else {
+            RttSummary {
+                p50: h.value_at_quantile(0.5) as f64,
+                p99: h.value_at_quantile(0.99) as f64,
+                max: h.max() as f64,
+                mean: h.mean(),
+            }
+        }
+    }
+}
