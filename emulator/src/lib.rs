@@ -13,6 +13,7 @@ pub mod device;
 pub mod model;
 pub mod report;
 pub mod runner;
+pub mod sync;
 pub mod traffic;
 pub mod vhost;
 pub mod wire;

@@ -122,7 +122,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 }
 
@@ -487,7 +487,7 @@ impl ControlRuntime {
     pub fn shutdown(&self) {
         self.shared.lock().shutdown = true;
         self.shared.wake.notify_all();
-        let h = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let h = crate::sync::lock(&self.timer).take();
         if let Some(h) = h {
             // The last reference may be dropped on the timer thread itself (through the
             // NIC it sends to); it then ends on its own.
@@ -498,16 +498,13 @@ impl ControlRuntime {
     }
 }
 
+/// The request's name in `frames.requests`: the engine op's own name (`Op::name`), plus
+/// the two requests the engine never sees.
 fn op_name(op: u8) -> &'static str {
     match op {
         wire::op::HELLO => "hello",
-        wire::op::ADD => "add",
-        wire::op::MOD => "mod",
-        wire::op::DEL => "del",
-        wire::op::FLUSH => "flush",
         wire::op::STATS => "stats",
-        wire::op::QUERY => "query",
-        _ => "other",
+        _ => Op::ALL.into_iter().find(|&o| wire_op(o) == op).map_or("other", Op::name),
     }
 }
 

@@ -46,16 +46,16 @@ impl EmulatedNic {
 
     /// Plug in (or replace, between runs) the traffic source.
     pub fn set_peer(&self, peer: Option<Arc<dyn GuestPeer>>) {
-        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = peer;
+        *crate::sync::write(&self.peer) = peer;
     }
 
     /// Plug in (or replace, between runs) the control plane.
     pub fn set_control(&self, c: Option<Arc<dyn ControlPlane>>) {
-        *self.control.write().unwrap_or_else(|e| e.into_inner()) = c;
+        *crate::sync::write(&self.control) = c;
     }
 
     fn peer(&self) -> Option<Arc<dyn GuestPeer>> {
-        self.peer.read().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::sync::read(&self.peer).clone()
     }
 
     /// Put a device-generated frame (control completion, event) on queue `pair`,
@@ -106,7 +106,7 @@ impl DeviceHooks for EmulatedNic {
     fn on_tx(&self, pair: u16, frame: &[u8]) {
         if ethertype(frame).map(|(et, _)| et) == Some(CONTROL_ETHERTYPE) {
             self.counters.control_frames.fetch_add(1, Relaxed);
-            let c = self.control.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let c = crate::sync::read(&self.control).clone();
             if let Some(c) = c {
                 c.on_control_frame(pair, frame);
             }

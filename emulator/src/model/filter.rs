@@ -181,7 +181,7 @@ impl FilterTable {
     fn ctrl(&self) -> MutexGuard<'_, Ctrl> {
         // A panic while holding the lock cannot leave the maps half-updated in a way
         // that matters more than stopping the device, so take the data either way.
-        self.ctrl.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.ctrl)
     }
 
     /// Install a rule. It is visible to `lookup` when this returns.

@@ -185,7 +185,7 @@ impl TapPeer {
 
     /// Start one reader thread per queue; frames go to `to_guest`.
     pub fn start(&self, to_guest: Arc<dyn ToGuest>) -> Result<(), TapError> {
-        let mut readers = self.readers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut readers = crate::sync::lock(&self.readers);
         if !readers.is_empty() {
             return Err(TapError::Running(self.name.clone()));
         }
@@ -214,13 +214,13 @@ impl TapPeer {
                 }
             }
         }
-        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
+        *crate::sync::lock(&self.wake) = Some(wake);
         Ok(())
     }
 
     /// Stop and join the reader threads (the tap stays open; `start` may be called again).
     pub fn stop(&self) {
-        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let wake = crate::sync::lock(&self.wake).take();
         self.stop_readers(wake);
     }
 
@@ -229,7 +229,7 @@ impl TapPeer {
         if let Some(w) = &wake {
             let _ = w.write(1);
         }
-        let hs: Vec<_> = self.readers.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        let hs: Vec<_> = crate::sync::lock(&self.readers).drain(..).collect();
         for h in hs {
             let _ = h.join();
         }

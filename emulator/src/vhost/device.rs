@@ -1,6 +1,7 @@
 //! Device state shared by the vhost-user request handler, the worker threads and `RxPort`:
 //! guest memory, per-vring state (one mutex per vring), counters, link/queue state.
 
+use crate::sync::lock;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -98,11 +99,6 @@ pub(crate) struct Device {
     pub early_enables: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic in a hook must not take the device down with poisoned locks.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn signal(call: &Option<File>) -> bool {
     if let Some(f) = call {
         let mut f: &File = f;
@@ -150,11 +146,11 @@ impl Device {
     }
 
     pub fn mem(&self) -> Option<Arc<GuestMemoryMmap>> {
-        self.mem.read().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::sync::read(&self.mem).clone()
     }
 
     pub fn set_mem(&self, mem: Option<GuestMemoryMmap>) {
-        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = mem.map(Arc::new);
+        *crate::sync::write(&self.mem) = mem.map(Arc::new);
     }
 
     pub fn acked_features(&self) -> u64 {

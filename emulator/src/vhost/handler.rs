@@ -60,7 +60,7 @@ impl NetHandler {
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, ConnState> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.conn)
     }
 
     /// Marks a handler-level failure (answered by the crate) and returns it.

@@ -40,18 +40,15 @@ pub use crate::wire::ethernet::MacAddr;
 
 use self::flows::{flow_record, sender_loop, Run};
 use self::neighbor::GuestMac;
+use crate::sync::lock;
 use crate::traffic::{GuestPeer, ToGuest};
 use arc_swap::ArcSwap;
 use etherparse::{Icmpv6Type, LinkSlice, NetSlice, SlicedPacket, TransportSlice};
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// What outlives a run: the way to the guest, the current run, the guest's MAC and the
 /// neighbour counters.
