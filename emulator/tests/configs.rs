@@ -45,3 +45,25 @@ fn shipped_scenarios_load_and_name_existing_profiles() {
         }
     }
 }
+
+/// The reports README and docs/results.md are generated from load as typed reports of
+/// this build's schema (a schema change must regenerate them), and each has runs.
+#[test]
+fn every_committed_report_loads() {
+    let mut n = 0;
+    for sub in ["demo", "other"] {
+        let dir = root().join("docs/results").join(sub);
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for f in files {
+            let r = arfsnic::report::Report::load(&f, "committed report").unwrap_or_else(|e| panic!("{e}"));
+            assert!(!r.runs.is_empty(), "{}", f.display());
+            n += 1;
+        }
+    }
+    assert_eq!(n, 8, "two demo reports and six of the other scenarios");
+}
