@@ -41,6 +41,7 @@ extern unsigned int arfs_expire_quota;
 extern unsigned int arfs_expire_interval_ms;
 extern bool arfs_disabled;
 extern unsigned long arfs_hold_ns;
+extern bool arfs_same_lockless;
 extern unsigned int arfs_cmd_timeout_ms;
 
 /* the command kinds with error counters (ARFS_*_ERR_ID_BASE on the wire) */
@@ -113,7 +114,7 @@ enum arfs_hw_state {
 struct arfs_priv;
 
 struct arfs_rule {
-	struct hlist_node hlist;	/* tuple hash, or a private list */
+	struct hlist_node hlist;	/* tuple hash (RCU readers), or a private list */
 	struct hlist_node id_node;	/* filter id hash */
 	struct work_struct arfs_work;
 	struct arfs_priv *priv;
@@ -125,6 +126,8 @@ struct arfs_rule {
 	u32 flow_id;
 	u32 filter_id;
 	u64 hw_since_ns;
+	u64 queued_ns;		/* when the steer queued arfs_work */
+	struct rcu_head rcu;
 };
 
 struct arfs_cmd {
@@ -165,6 +168,7 @@ struct arfs_priv {
 	bool pt_added;
 
 	spinlock_t arfs_lock;	/* rule tables, rule state, stopping */
+	u64 lock_t0;		/* when the holder of arfs_lock took it */
 	struct hlist_head *tables[ARFS_NUM_TYPES];
 	struct hlist_head *id_hash;
 	unsigned int hash_bits;

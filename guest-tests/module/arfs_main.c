@@ -86,6 +86,17 @@ unsigned long arfs_hold_ns;
 module_param_named(hold_ns, arfs_hold_ns, ulong, 0644);
 MODULE_PARM_DESC(hold_ns, "extra busy time (ns) inside arfs_lock per steer call, capped at 1 ms (default 0)");
 
+/*
+ * Not in mlx5: a steer whose rule already points at the queue, or whose
+ * command is still pending, is answered from an RCU lookup without arfs_lock.
+ * Under emulation every such packet taking the lock convoys the vCPUs
+ * (docs/measuring.md, "Run health"); 0 restores mlx5's locked path.
+ */
+bool arfs_same_lockless = true;
+module_param_named(same_lockless, arfs_same_lockless, bool, 0644);
+MODULE_PARM_DESC(same_lockless,
+		 "answer steer_same calls without arfs_lock (RCU lookup; 0: lock every call, as mlx5; default 1)");
+
 unsigned int arfs_cmd_timeout_ms = 2000;
 module_param_named(cmd_timeout_ms, arfs_cmd_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(cmd_timeout_ms, "command completion timeout in ms (default 2000)");
@@ -123,6 +134,11 @@ static const char * const arfs_ctr_names[ARFS_CTR_NR] = {
 	[ARFS_CTR_STEER_ENOMEM] = "steer_enomem",
 	[ARFS_CTR_STEER_EPROTONOSUPPORT] = "steer_eprotonosupport",
 	[ARFS_CTR_HOLD_NS] = "hold_ns",
+	[ARFS_CTR_LOCK_HOLD_NS_TOTAL] = "lock_hold_ns_total",
+	[ARFS_CTR_LOCK_HOLD_NS_MAX] = "lock_hold_ns_max",
+	[ARFS_CTR_WORK_RUNS] = "work_runs",
+	[ARFS_CTR_WORK_DELAY_NS_TOTAL] = "work_delay_ns_total",
+	[ARFS_CTR_WORK_DELAY_NS_MAX] = "work_delay_ns_max",
 };
 
 static const char * const arfs_err_prefix[ARFS_ERR_KIND_NR] = {
@@ -506,7 +522,7 @@ static void arfs_detach(struct arfs_priv *p, bool rtnl_held)
 
 	/* 2. stop the works and fail commands still waiting */
 	spin_lock_bh(&p->arfs_lock);
-	p->stopping = true;
+	WRITE_ONCE(p->stopping, true);
 	spin_unlock_bh(&p->arfs_lock);
 	arfs_cmd_close(p);
 	if (p->works_started) {

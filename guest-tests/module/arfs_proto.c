@@ -39,7 +39,7 @@ static_assert(ARFS_MOD_OFF_PAD + 2 == ARFS_MOD_BODY_LEN);
 static_assert(ARFS_STATS_ENTRY_OFF_VALUE + 8 == ARFS_STATS_ENTRY_LEN);
 static_assert(ARFS_CAPS_OFF_PROFILE + ARFS_PROFILE_LEN == ARFS_TS_LEN + ARFS_CAPS_LEN);
 static_assert(ARFS_QUERY_OFF_HITS + 8 == ARFS_TS_LEN + ARFS_QUERY_REPLY_LEN);
-static_assert(ARFS_CTR_HOLD_NS + 1 == ARFS_CTR_NR);
+static_assert(ARFS_CTR_WORK_DELAY_NS_MAX + 1 == ARFS_CTR_NR);
 static_assert(ARFS_CAPS_CAPACITY_NR == ARFS_NUM_TYPES);
 
 static const u8 arfs_device_mac[ETH_ALEN] = {
@@ -470,7 +470,7 @@ static void arfs_rx_event(struct arfs_priv *p, const u8 *buf,
 		if (p->engine_disabled != !!state)
 			arfs_info(p->dev, "device filter engine %s\n",
 				  state ? "disabled" : "enabled");
-		p->engine_disabled = !!state;
+		WRITE_ONCE(p->engine_disabled, !!state);
 		break;
 	}
 	arfs_unlock_bh(p);

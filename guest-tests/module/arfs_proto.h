@@ -151,7 +151,12 @@
 #define ARFS_CTR_STEER_ENOMEM		18
 #define ARFS_CTR_STEER_EPROTONOSUPPORT	19
 #define ARFS_CTR_HOLD_NS		20	/* a gauge: the hold_ns parameter */
-#define ARFS_CTR_NR			21	/* one past the last named id */
+#define ARFS_CTR_LOCK_HOLD_NS_TOTAL	21	/* arfs_lock held, all holders */
+#define ARFS_CTR_LOCK_HOLD_NS_MAX	22
+#define ARFS_CTR_WORK_RUNS		23	/* rule works run */
+#define ARFS_CTR_WORK_DELAY_NS_TOTAL	24	/* steer (queue_work) to command sent */
+#define ARFS_CTR_WORK_DELAY_NS_MAX	25
+#define ARFS_CTR_NR			26	/* one past the last named id */
 
 /* command latency histogram: id ARFS_HIST_ID_BASE + bucket */
 #define ARFS_HIST_BUCKETS		24

@@ -30,27 +30,38 @@
 
 /* ---- instrumented arfs_lock ------------------------------------------- */
 
+/* raise a *_MAX counter; callers hold arfs_lock, so compare-and-set is enough */
+static void arfs_ctr_max(struct arfs_priv *p, int id, u64 v)
+{
+	if (v > atomic64_read(&p->ctr[id]))
+		atomic64_set(&p->ctr[id], v);
+}
+
 void arfs_lock_bh(struct arfs_priv *p)
 {
 	u64 t0, wait;
 
 	if (spin_trylock_bh(&p->arfs_lock)) {
 		atomic64_inc(&p->ctr[ARFS_CTR_LOCK_ACQUIRED]);
+		p->lock_t0 = ktime_get_ns();
 		return;
 	}
 	t0 = ktime_get_ns();
 	spin_lock_bh(&p->arfs_lock);
-	wait = ktime_get_ns() - t0;
+	p->lock_t0 = ktime_get_ns();
+	wait = p->lock_t0 - t0;
 	atomic64_inc(&p->ctr[ARFS_CTR_LOCK_ACQUIRED]);
 	atomic64_inc(&p->ctr[ARFS_CTR_LOCK_CONTENDED]);
 	atomic64_add(wait, &p->ctr[ARFS_CTR_LOCK_WAIT_NS_TOTAL]);
-	/* updated under the lock, so a plain compare-and-set is enough */
-	if (wait > atomic64_read(&p->ctr[ARFS_CTR_LOCK_WAIT_NS_MAX]))
-		atomic64_set(&p->ctr[ARFS_CTR_LOCK_WAIT_NS_MAX], wait);
+	arfs_ctr_max(p, ARFS_CTR_LOCK_WAIT_NS_MAX, wait);
 }
 
 void arfs_unlock_bh(struct arfs_priv *p)
 {
+	u64 hold = ktime_get_ns() - p->lock_t0;
+
+	atomic64_add(hold, &p->ctr[ARFS_CTR_LOCK_HOLD_NS_TOTAL]);
+	arfs_ctr_max(p, ARFS_CTR_LOCK_HOLD_NS_MAX, hold);
 	spin_unlock_bh(&p->arfs_lock);
 }
 
@@ -114,6 +125,31 @@ static struct arfs_rule *arfs_find_rule(struct arfs_priv *p, int type,
 	return NULL;
 }
 
+/*
+ * The steer_same answer without arfs_lock: the rule exists and points at
+ * @rxq, or its command is pending.  A reader may follow a rule that expiry
+ * just moved to its private list; it then misses and takes the locked path.
+ * Expiry frees rules after a grace period, so the walk stays safe.
+ */
+static int arfs_steer_same_rcu(struct arfs_priv *p, int type,
+			       const struct arfs_tuple *t, u16 rxq)
+{
+	struct arfs_rule *rule;
+	int id = -ENOENT;
+
+	rcu_read_lock();
+	hlist_for_each_entry_rcu(rule, arfs_hash_bucket(p, type, t->src_port, t->dst_port),
+				 hlist) {
+		if (!arfs_tuple_eq(&rule->tuple, t))
+			continue;
+		if (READ_ONCE(rule->rxq) == rxq || work_busy(&rule->arfs_work))
+			id = rule->filter_id;
+		break;
+	}
+	rcu_read_unlock();
+	return id;
+}
+
 static void arfs_rule_work(struct work_struct *work);
 
 static struct arfs_rule *arfs_alloc_rule(struct arfs_priv *p, int type,
@@ -134,7 +170,7 @@ static struct arfs_rule *arfs_alloc_rule(struct arfs_priv *p, int type,
 	rule->flow_id = flow_id;
 	rule->hw = ARFS_HW_NONE;
 	rule->filter_id = p->last_filter_id++ % RPS_NO_FILTER;
-	hlist_add_head(&rule->hlist, arfs_hash_bucket(p, type, t->src_port, t->dst_port));
+	hlist_add_head_rcu(&rule->hlist, arfs_hash_bucket(p, type, t->src_port, t->dst_port));
 	hlist_add_head(&rule->id_node, &p->id_hash[hash_32(rule->filter_id, p->hash_bits)]);
 
 	now = atomic64_inc_return(&p->ctr[ARFS_CTR_RULES_NOW]);
@@ -146,7 +182,7 @@ static struct arfs_rule *arfs_alloc_rule(struct arfs_priv *p, int type,
 /* caller holds arfs_lock */
 static void arfs_unlink_rule(struct arfs_priv *p, struct arfs_rule *rule)
 {
-	hlist_del_init(&rule->hlist);
+	hlist_del_init_rcu(&rule->hlist);
 	hlist_del_init(&rule->id_node);
 	atomic64_dec(&p->ctr[ARFS_CTR_RULES_NOW]);
 }
@@ -212,6 +248,15 @@ int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 		return -EINVAL;
 	}
 
+	if (READ_ONCE(arfs_same_lockless) && !READ_ONCE(arfs_disabled) &&
+	    !READ_ONCE(p->engine_disabled) && !READ_ONCE(p->stopping)) {
+		id = arfs_steer_same_rcu(p, type, &t, rxq_index);
+		if (id >= 0) {
+			arfs_ctr_inc(p, ARFS_CTR_STEER_SAME);
+			return id;
+		}
+	}
+
 	arfs_lock_bh(p);
 	arfs_hold();
 	if (READ_ONCE(arfs_disabled) || p->engine_disabled || p->stopping) {
@@ -227,7 +272,7 @@ int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 			arfs_ctr_inc(p, ARFS_CTR_STEER_SAME);
 			return id;
 		}
-		rule->rxq = rxq_index;
+		WRITE_ONCE(rule->rxq, rxq_index);
 		arfs_ctr_inc(p, ARFS_CTR_STEER_UPDATE);
 	} else {
 		rule = arfs_alloc_rule(p, type, &t, rxq_index, flow_id);
@@ -238,7 +283,8 @@ int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 		}
 		arfs_ctr_inc(p, ARFS_CTR_STEER_NEW);
 	}
-	queue_work(p->wq, &rule->arfs_work);
+	if (queue_work(p->wq, &rule->arfs_work))
+		rule->queued_ns = ktime_get_ns();
 	id = rule->filter_id;
 	arfs_unlock_bh(p);
 	return id;
@@ -273,7 +319,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 							 rule->filter_id))
 					continue;
 				arfs_unlink_rule(p, rule);
-				hlist_add_head(&rule->hlist, &del_list);
+				hlist_add_head_rcu(&rule->hlist, &del_list);
 				if (++n >= quota)
 					break;
 			}
@@ -283,7 +329,8 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 	arfs_unlock_bh(p);
 
 	hlist_for_each_entry_safe(rule, tmp, &del_list, hlist) {
-		hlist_del(&rule->hlist);
+		/* keeps ->next for a lockless reader that followed the rule here */
+		hlist_del_rcu(&rule->hlist);
 		if (rule->hw != ARFS_HW_NONE) {
 			rc = arfs_cmd_del(p, rule->filter_id);
 			if (!rc)
@@ -291,7 +338,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 			else
 				arfs_count_err(p, ARFS_ERR_KIND_DEL, rc);
 		}
-		kfree(rule);
+		kfree_rcu(rule, rcu);
 	}
 }
 
@@ -301,6 +348,7 @@ static void arfs_rule_work(struct work_struct *work)
 	struct arfs_priv *p = rule->priv;
 	struct arfs_tuple t;
 	u32 filter_id;
+	u64 delay;
 	u16 rxq;
 	u8 hw;
 	int rc;
@@ -314,6 +362,11 @@ static void arfs_rule_work(struct work_struct *work)
 	rxq = rule->rxq;
 	hw = rule->hw;
 	filter_id = rule->filter_id;
+	/* from the steer that queued this work to the command about to be sent */
+	delay = ktime_get_ns() - rule->queued_ns;
+	atomic64_inc(&p->ctr[ARFS_CTR_WORK_RUNS]);
+	atomic64_add(delay, &p->ctr[ARFS_CTR_WORK_DELAY_NS_TOTAL]);
+	arfs_ctr_max(p, ARFS_CTR_WORK_DELAY_NS_MAX, delay);
 	arfs_unlock_bh(p);
 
 	if (hw == ARFS_HW_NONE) {

@@ -90,6 +90,11 @@ pub mod counter {
     pub const STEER_ENOMEM: u16 = 18;
     pub const STEER_EPROTONOSUPPORT: u16 = 19;
     pub const HOLD_NS: u16 = 20;
+    pub const LOCK_HOLD_NS_TOTAL: u16 = 21;
+    pub const LOCK_HOLD_NS_MAX: u16 = 22;
+    pub const WORK_RUNS: u16 = 23;
+    pub const WORK_DELAY_NS_TOTAL: u16 = 24;
+    pub const WORK_DELAY_NS_MAX: u16 = 25;
     /// `LAT_HIST + i`: command round trips in [2^i, 2^(i+1)) µs (bucket 0 also < 1 µs).
     pub const LAT_HIST: u16 = 0x100;
     /// `ADD_ERR + errno`: ADD completions that failed with that errno.
@@ -97,7 +102,7 @@ pub mod counter {
     pub const MOD_ERR: u16 = 0x300;
     pub const DEL_ERR: u16 = 0x400;
 
-    pub(super) const NAMES: [&str; 20] = [
+    pub(super) const NAMES: [&str; 25] = [
         "steer_calls",
         "steer_new",
         "steer_update",
@@ -118,13 +123,18 @@ pub mod counter {
         "steer_enomem",
         "steer_eprotonosupport",
         "hold_ns",
+        "lock_hold_ns_total",
+        "lock_hold_ns_max",
+        "work_runs",
+        "work_delay_ns_total",
+        "work_delay_ns_max",
     ];
 }
 
 /// What a STATS counter id means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CounterId {
-    /// One of the named counters 1..=20.
+    /// One of the named counters 1..=25.
     Named(&'static str),
     /// Latency histogram bucket `i` (0..24).
     LatBucket(usize),
