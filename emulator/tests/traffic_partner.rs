@@ -281,6 +281,28 @@ fn open_loop_is_paced_and_drops_are_lost() {
 }
 
 #[test]
+fn set_rate_changes_the_pace_mid_run() {
+    let (g, _h) = FakeGuest::new(true, |_| false);
+    let c = PartnerConfig { mode: LoopMode::Open, rate_pps: 4000, duration_s: 0.0, ..cfg(8) };
+    let p = wire(&g, c);
+    assert!(p.set_rate(0).is_err(), "an open loop needs a rate");
+    p.start().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let first = p.stats().requests;
+    p.set_rate(400).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let second = p.stats().requests - first;
+    let s = p.stop();
+    eprintln!("set_rate: {first} requests in 0.5 s at 4000/s, then {second} in 1 s at 400/s");
+    // Upper bounds only (a loaded machine may send fewer): after the change at most
+    // 400/s plus one burst of catch-up, far below the 4000/s the run started with.
+    assert!(first > 0 && first <= 2300, "{first}");
+    assert!(second <= 400 + 100, "400/s for 1 s sent {second}");
+    assert_eq!(p.config().rate_pps, 4000, "the configuration keeps the starting rate");
+    assert_eq!(s.lost, 0);
+}
+
+#[test]
 fn closed_loop_recovers_from_drops_after_timeout() {
     // Window 1: a dropped request blocks its flow until the loss timeout frees the slot.
     let (g, _h) = FakeGuest::new(true, |seq| seq % 50 == 7);

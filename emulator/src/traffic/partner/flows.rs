@@ -49,6 +49,9 @@ pub(super) struct Run {
     pub(super) port_unreachable: AtomicU64,
     pub(super) bad: AtomicU64,
     pub(super) late: AtomicU64,
+    /// The pacing rate now (open loop, or the closed loop's cap): `cfg.rate_pps` until
+    /// [`super::LinkPartner::set_rate`] changes it mid-run.
+    pub(super) rate_pps: AtomicU64,
 }
 
 impl Run {
@@ -69,6 +72,7 @@ impl Run {
             })
             .collect();
         Run {
+            rate_pps: AtomicU64::new(cfg.rate_pps),
             cfg,
             flows,
             rtt: Rtt::new(),
@@ -252,12 +256,20 @@ pub(super) fn sender_loop(inner: &Inner, run: &Run) {
     let mut sent: u64 = 0;
     // Open loop catches up to 50 ms of lag (the offered rate holds over short stalls);
     // closed loop only a burst (a full window is not a reason to flood later).
-    let max_lag = match cfg.mode {
-        LoopMode::Open => (cfg.rate_pps / 20).max(BURST),
+    let lag_for = |rate: u64| match cfg.mode {
+        LoopMode::Open => (rate / 20).max(BURST),
         LoopMode::Closed => BURST,
     };
+    let mut rate = run.rate_pps.load(SeqCst);
+    let mut max_lag = lag_for(rate);
     while !run.stop.load(SeqCst) {
         let now = Instant::now();
+        let r = run.rate_pps.load(Relaxed);
+        if r != rate {
+            // A new rate counts from now.
+            (rate, max_lag, sent) = (r, lag_for(r), 0);
+            base = base.map(|_| now);
+        }
         if now >= next_sweep {
             run.sweep(now);
             next_sweep = now + SWEEP_EVERY;
@@ -281,9 +293,9 @@ pub(super) fn sender_loop(inner: &Inner, run: &Run) {
             run.sending.store(true, SeqCst);
         }
         let start = *base.get_or_insert(now);
-        let budget = if cfg.rate_pps > 0 {
+        let budget = if rate > 0 {
             let elapsed = now.saturating_duration_since(start).as_nanos();
-            let due = u64::try_from(elapsed * u128::from(cfg.rate_pps) / 1_000_000_000).unwrap_or(u64::MAX);
+            let due = u64::try_from(elapsed * u128::from(rate) / 1_000_000_000).unwrap_or(u64::MAX);
             if due.saturating_sub(sent) > max_lag {
                 // Far behind (window-limited or descheduled): do not catch up with a flood.
                 sent = due - max_lag;
@@ -294,7 +306,7 @@ pub(super) fn sender_loop(inner: &Inner, run: &Run) {
         };
         if budget == 0 {
             // Sleep until the next request is due (at most one sweep period).
-            let next_ns = (u128::from(sent) + 1) * 1_000_000_000 / u128::from(cfg.rate_pps.max(1));
+            let next_ns = (u128::from(sent) + 1) * 1_000_000_000 / u128::from(rate.max(1));
             let wait = Duration::from_nanos(u64::try_from(next_ns).unwrap_or(u64::MAX))
                 .saturating_sub(now.saturating_duration_since(start));
             if wait > Duration::from_micros(50) {

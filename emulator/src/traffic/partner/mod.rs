@@ -130,6 +130,18 @@ impl LinkPartner {
         Ok(())
     }
 
+    /// Change the pacing rate of the running (or next) run from now on; the configuration
+    /// keeps the rate the run started with. An open loop needs a rate above 0.
+    pub fn set_rate(&self, rate_pps: u64) -> Result<(), PartnerError> {
+        let run = self.inner.run.load_full();
+        if run.cfg.mode == LoopMode::Open && rate_pps == 0 {
+            return Err(PartnerError::Config("open loop needs rate_pps > 0".into()));
+        }
+        run.rate_pps.store(rate_pps, SeqCst);
+        run.wake_sender();
+        Ok(())
+    }
+
     /// Whether the sender has sent its first request (the guest MAC is known).
     pub fn sending(&self) -> bool {
         self.inner.run.load().sending.load(SeqCst)
