@@ -38,6 +38,10 @@ impl QemuSpec {
             "-nodefaults".into(),
             "-nographic".into(),
             "-no-reboot".into(),
+            // Thread names ("CPU 0/TCG", "ALL CPUs/TCG"): how the runner finds the vCPU
+            // threads for their host-side run and wait times.
+            "-name".into(),
+            "arfsnic,debug-threads=on".into(),
             "-accel".into(),
             self.accel.clone(),
             "-machine".into(),

@@ -91,6 +91,16 @@ pub struct Vm {
     /// threads=2, cpu = "Skylake-Server", l3_per = "core"` (qemu/README.md).
     #[serde(default)]
     pub l3_per: Option<String>,
+    /// TCG only: `single` runs every vCPU on one host thread (`-accel tcg,thread=single`),
+    /// `multi` one host thread per vCPU (MTTCG), `auto` picks single when the vCPUs
+    /// outnumber the host cores left after the backend (docs/measuring.md, "Run health":
+    /// with more vCPU threads than cores, a preempted `arfs_lock` holder livelocks the
+    /// guest's softirqs).
+    #[serde(default = "d_tcg_threads")]
+    pub tcg_threads: String,
+}
+fn d_tcg_threads() -> String {
+    "auto".into()
 }
 fn one() -> u32 {
     1
@@ -133,6 +143,12 @@ pub struct Traffic {
     /// Closed loop: outstanding requests per flow.
     #[serde(default = "one")]
     pub window: u32,
+    /// Offer `rate_pps` whatever the guest sustains. Unset (false): the first half of
+    /// the warm-up probes whether the guest answers the open loop's rate, and a guest that
+    /// does not gets half of what it answered for the rest of the run (docs/measuring.md,
+    /// "Offered load").
+    #[serde(default)]
+    pub pin_rate: bool,
 }
 fn d_rate() -> u32 {
     2000
@@ -227,6 +243,9 @@ impl Scenario {
         }
         if !matches!(v.accel.as_str(), "auto" | "kvm" | "tcg") {
             return Err(err("vm.accel", format!("{:?} is not auto, kvm or tcg", v.accel)));
+        }
+        if !matches!(v.tcg_threads.as_str(), "auto" | "single" | "multi") {
+            return Err(err("vm.tcg_threads", format!("{:?} is not auto, single or multi", v.tcg_threads)));
         }
         if let Some(l) = &v.l3_per {
             if !matches!(l.as_str(), "thread" | "core" | "module" | "cluster" | "die" | "socket") {
