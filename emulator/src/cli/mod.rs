@@ -119,6 +119,9 @@ pub struct DemoArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Run each scenario N times; the ratio lines give the median of the valid runs and their spread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -146,12 +149,29 @@ pub fn main() -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<Unhealthy>().is_some() => {
+            eprintln!("arfsnic: {e}");
+            ExitCode::from(3)
+        }
         Err(e) => {
             eprintln!("arfsnic: error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
+
+/// Runs that did not reach `ok` (after their retries): exit code 3 (docs/measuring.md,
+/// "Run health").
+#[derive(Debug)]
+pub struct Unhealthy(pub String);
+
+impl std::fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not every run is ok; its numbers are flagged in the table:\n{}", self.0)
+    }
+}
+
+impl std::error::Error for Unhealthy {}
 
 fn run(a: &RunArgs) -> anyhow::Result<()> {
     // A bad baseline fails before the (long) run, not after it.
@@ -184,7 +204,10 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         let current = crate::report::baseline::Report::from_report(&report, &source).map_err(anyhow::Error::msg)?;
         check_baseline(b, &current, a.max_regress.unwrap_or(crate::report::baseline::DEFAULT_MAX_REGRESS_PCT))?;
     }
-    Ok(())
+    match crate::report::table::unhealthy(&report) {
+        Some(m) => Err(Unhealthy(m).into()),
+        None => Ok(()),
+    }
 }
 
 fn compare(a: &CompareArgs) -> anyhow::Result<()> {
@@ -216,6 +239,7 @@ fn demo(a: &DemoArgs) -> anyhow::Result<()> {
         kdir: a.kdir.clone(),
         no_provision: a.no_provision,
         quiet: a.quiet,
+        repeat: a.repeat,
     };
     let r = crate::runner::demo::run_demo(&o)?;
     let outputs = crate::report::results::write_outputs(&o.out, &r.reports)?;
@@ -235,7 +259,11 @@ fn demo(a: &DemoArgs) -> anyhow::Result<()> {
         "wall time {:.0} s (provisioning {:.0} s, kernel {:.0} s, runs {:.0} s)",
         r.wall_s, r.provision_s, r.kernel_s, r.runs_s
     );
-    Ok(())
+    let bad: Vec<String> = r.reports.iter().filter_map(crate::report::table::unhealthy).collect();
+    match bad.is_empty() {
+        true => Ok(()),
+        false => Err(Unhealthy(bad.join("\n")).into()),
+    }
 }
 
 /// `arfsnic results`: the steer-rate table of report files, printed or written between

@@ -23,6 +23,14 @@ pub struct StatsSample {
     pub lock_acquired: u64,
     pub lock_contended: u64,
     pub lock_wait_ns: u64,
+    pub steer_same: u64,
+    pub work_runs: u64,
+    pub work_delay_ns: u64,
+}
+
+/// `part` as a percentage of `whole` (`None` when `whole` is 0).
+fn share(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| 100.0 * part as f64 / whole as f64)
 }
 
 /// Rates between two STATS samples.
@@ -39,6 +47,11 @@ pub struct GuestRates {
     pub lock_contended_pct: f64,
     /// Time spent waiting for `arfs_lock` in the window, µs per second of wall time.
     pub lock_wait_us_per_s: f64,
+    /// `steer_same` calls in the window, % of its steer calls (`None` without any).
+    pub steer_same_pct: Option<f64>,
+    /// Mean delay from a steer queuing a rule's work to the work sending its command, of
+    /// the works run in the window (`None` without any).
+    pub work_delay_ms_mean: Option<f64>,
 }
 
 /// A latency percentile from the guest's log2 histogram: the bucket it falls in,
@@ -147,6 +160,9 @@ impl Guest {
             lock_acquired: self.value(counter::LOCK_ACQUIRED),
             lock_contended: self.value(counter::LOCK_CONTENDED),
             lock_wait_ns: self.value(counter::LOCK_WAIT_NS_TOTAL),
+            steer_same: self.value(counter::STEER_SAME),
+            work_runs: self.value(counter::WORK_RUNS),
+            work_delay_ns: self.value(counter::WORK_DELAY_NS_TOTAL),
         });
     }
 
@@ -170,6 +186,14 @@ impl Guest {
             dels_per_s: r(a.dels_ok, b.dels_ok),
             lock_contended_pct: if acquired > 0 { 100.0 * contended as f64 / acquired as f64 } else { 0.0 },
             lock_wait_us_per_s: r(a.lock_wait_ns, b.lock_wait_ns) / 1000.0,
+            steer_same_pct: share(
+                b.steer_same.saturating_sub(a.steer_same),
+                b.steer_calls.saturating_sub(a.steer_calls),
+            ),
+            work_delay_ms_mean: {
+                let runs = b.work_runs.saturating_sub(a.work_runs);
+                (runs > 0).then(|| b.work_delay_ns.saturating_sub(a.work_delay_ns) as f64 / runs as f64 / 1e6)
+            },
         })
     }
 

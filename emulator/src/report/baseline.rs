@@ -187,6 +187,14 @@ impl Report {
     pub fn from_report(r: &schema::Report, source: &str) -> Result<Report, String> {
         let mut runs: Vec<RunValues> = Vec::with_capacity(r.runs.len());
         for run in &r.runs {
+            if let Some(h) = run.health.as_ref().filter(|h| h.verdict == schema::Verdict::Invalid) {
+                return Err(format!(
+                    "{source}: run {:?} is invalid ({}): its numbers are not a result, so it is not compared; \
+                     run it again (docs/measuring.md, \"Run health\")",
+                    run.label,
+                    h.reasons.join("; ")
+                ));
+            }
             if runs.iter().any(|x| x.label == run.label) {
                 return Err(format!("{source}: run label {:?} appears twice (runs are matched by label)", run.label));
             }
@@ -453,6 +461,21 @@ mod tests {
 
     fn get<'a>(o: &'a Outcome, run: &str, metric: &str) -> &'a Comparison {
         o.comparisons.iter().find(|c| c.run == run && c.metric == metric).expect("comparison present")
+    }
+
+    #[test]
+    fn an_invalid_run_is_refused_on_either_side() {
+        let ok = report(vec![run("sysctl=0", 680.0), run("sysctl=1", 3.7)]);
+        let mut bad = ok.clone();
+        bad["runs"][1]["health"] = json!({"verdict": "invalid", "reasons": ["replies lost 99.4% > 5%"]});
+        for (b, c) in [(&ok, &bad), (&bad, &ok)] {
+            let e = compare_values(b, c, 10.0).unwrap_err().to_string();
+            assert!(e.contains("run \"sysctl=1\" is invalid (replies lost 99.4% > 5%)"), "{e}");
+            assert!(e.contains("not compared"), "{e}");
+        }
+        // degraded runs are compared
+        bad["runs"][1]["health"]["verdict"] = json!("degraded");
+        assert!(compare_values(&ok, &bad, 10.0).unwrap().passed());
     }
 
     #[test]

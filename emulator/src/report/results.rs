@@ -40,6 +40,11 @@ pub struct Row {
     /// Busy share of all guest CPUs over the run (from /proc/stat).
     pub guest_cpu_pct: Option<f64>,
     pub stuck_flows: Option<u64>,
+    /// `steer_same` calls (the rule already pointed at the requested queue) as a share of
+    /// all steer calls; Steer-C/s counts them, as funccount would.
+    pub steer_same_pct: Option<f64>,
+    /// The run's health verdict (`ok`, `degraded`, `invalid`), `-` for reports without one.
+    pub health: String,
 }
 
 /// The files [`write_outputs`] wrote.
@@ -67,6 +72,8 @@ fn row_of(scenario: &str, r: &RunReport) -> Row {
         rtt_p99_us: Some(r.link.rtt_us_p99),
         guest_cpu_pct: r.guest_cpu_pct,
         stuck_flows: r.flows_stuck_without_filter,
+        steer_same_pct: r.health.as_ref().and_then(|h| h.steer_same_pct),
+        health: r.health.as_ref().map_or("-", |h| h.verdict.as_str()).to_string(),
     }
 }
 
@@ -95,32 +102,62 @@ pub(crate) fn by_scenario(rows: &[Row]) -> Vec<(&str, Vec<&Row>)> {
     groups
 }
 
-fn mean_steer(rows: &[&Row], sysctl: &str) -> Option<f64> {
-    let v: Vec<f64> = rows.iter().filter(|r| r.sysctl == sysctl).filter_map(|r| r.steer_c_per_s).collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+/// Steer-C/s of a scenario's runs at one sysctl value that are not `invalid`, sorted,
+/// and how many invalid runs were left out.
+fn valid_steer(rows: &[&Row], sysctl: &str) -> (Vec<f64>, usize) {
+    let at: Vec<&&Row> = rows.iter().filter(|r| r.sysctl == sysctl).collect();
+    let mut v: Vec<f64> = at.iter().filter(|r| r.health != "invalid").filter_map(|r| r.steer_c_per_s).collect();
+    v.sort_by(f64::total_cmp);
+    (v, at.iter().filter(|r| r.health == "invalid").count())
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
 /// The line under a scenario that has runs with the sysctl at 0 and at 1 (`None` when
-/// it has not). Several runs with the same value are averaged.
+/// it has not). Several runs with the same value give their median and spread; `invalid`
+/// runs are left out (and said so).
 fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
     let has = |v: &str| rows.iter().any(|r| r.sysctl == v);
     if !has("0") || !has("1") {
         return None;
     }
-    Some(match (mean_steer(rows, "0"), mean_steer(rows, "1")) {
+    let ((v0, bad0), (v1, bad1)) = (valid_steer(rows, "0"), valid_steer(rows, "1"));
+    let spread = |v: &[f64]| match v {
+        [lo, .., hi] => format!(" [{lo:.1}-{hi:.1}, n={}]", v.len()),
+        _ => String::new(),
+    };
+    let left_out = match bad0 + bad1 {
+        0 => String::new(),
+        n => format!("; {n} invalid run(s) left out"),
+    };
+    Some(match (median(&v0), median(&v1)) {
         (Some(s0), Some(s1)) if s0 > 0.0 => {
             let pct = 100.0 * s1 / s0;
             let pct = if pct > 0.0 && pct < 0.1 { format!("{pct:.2}") } else { format!("{pct:.1}") };
-            format!("{scenario}: Steer-C/s at sysctl=1 is {pct}% of sysctl=0 ({s1:.1} vs {s0:.1} calls/s)")
+            let what = if v0.len() > 1 || v1.len() > 1 { "median " } else { "" };
+            format!(
+                "{scenario}: Steer-C/s at sysctl=1 is {pct}% of sysctl=0 ({what}{s1:.1}{} vs {s0:.1}{} calls/s{left_out})",
+                spread(&v1),
+                spread(&v0)
+            )
         }
         (Some(s0), Some(s1)) => {
-            format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a ({s1:.1} vs {s0:.1} calls/s)")
+            format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a ({s1:.1} vs {s0:.1} calls/s{left_out})")
+        }
+        _ if bad0 + bad1 > 0 => {
+            format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: no result (no valid run on one side{left_out})")
         }
         _ => format!("{scenario}: Steer-C/s at sysctl=1 vs sysctl=0: n/a (rate missing)"),
     })
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 15] = [
     "scenario",
     "sysctl",
     "Steer-C/s",
@@ -134,6 +171,8 @@ const HEADER: [&str; 13] = [
     "RTT p99 us",
     "guest CPU %",
     "stuck",
+    "same %",
+    "health",
 ];
 
 fn cells(r: &Row) -> Vec<String> {
@@ -151,6 +190,8 @@ fn cells(r: &Row) -> Vec<String> {
         opt(r.rtt_p99_us, 0),
         opt(r.guest_cpu_pct, 1),
         opt_u(r.stuck_flows),
+        opt(r.steer_same_pct, 1),
+        r.health.clone(),
     ]
 }
 
@@ -238,7 +279,7 @@ pub fn csv(rows: &[Row]) -> String {
     let u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
     let mut out = String::from(
         "scenario,label,sysctl,steer_c_per_s,add_per_s,mod_per_s,del_per_s,add_errors,lock_contended_pct,\
-         lock_wait_us_per_s,rtt_p50_us,rtt_p99_us,guest_cpu_pct,stuck_flows\n",
+         lock_wait_us_per_s,rtt_p50_us,rtt_p99_us,guest_cpu_pct,stuck_flows,steer_same_pct,health\n",
     );
     for r in rows {
         let fields = [
@@ -256,6 +297,8 @@ pub fn csv(rows: &[Row]) -> String {
             f(r.rtt_p99_us),
             f(r.guest_cpu_pct),
             u(r.stuck_flows),
+            f(r.steer_same_pct),
+            csv_field(&r.health),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -414,6 +457,34 @@ mod tests {
     }
 
     #[test]
+    fn invalid_runs_are_flagged_and_left_out_of_the_median() {
+        use crate::report::schema::{Health, Verdict};
+        let mut r = reports().remove(0);
+        let (w0, w1) = (r.runs[0].clone(), r.runs[1].clone());
+        let mut bad = w0.clone();
+        bad.guest.driver.as_mut().unwrap().steer_calls_per_s = Some(5000.0);
+        bad.health = Some(Health { verdict: Verdict::Invalid, ..Default::default() });
+        let mut w0b = w0.clone();
+        w0b.guest.driver.as_mut().unwrap().steer_calls_per_s = Some(600.0);
+        let mut w0c = w0.clone();
+        w0c.guest.driver.as_mut().unwrap().steer_calls_per_s = Some(700.0);
+        r.runs = vec![w0, bad, w0b, w0c, w1];
+        let t = table(&rows(&r));
+        // The invalid row is shown with its flag; the ratio is the median of the valid runs.
+        assert!(t.lines().any(|l| l.contains("5000.0") && l.ends_with("invalid")), "{t}");
+        assert!(
+            t.contains(
+                "is 0.6% of sysctl=0 (median 4.0 vs 700.0 [600.0-800.0, n=3] calls/s; 1 invalid run(s) left out)"
+            ),
+            "{t}"
+        );
+        // No valid run on one side: no result at all.
+        r.runs.retain(|x| x.sysctls[SYSCTL] == "1" || x.health.is_some());
+        let t = table(&rows(&r));
+        assert!(t.contains("llc-within: Steer-C/s at sysctl=1 vs sysctl=0: no result"), "{t}");
+    }
+
+    #[test]
     fn no_ratio_without_pair() {
         let mut r = reports().remove(0);
         r.runs.pop();
@@ -430,9 +501,9 @@ mod tests {
         let lines: Vec<&str> = c.lines().collect();
         assert_eq!(lines.len(), 5);
         assert!(lines[0].starts_with("scenario,label,sysctl,steer_c_per_s,"));
-        assert_eq!(lines[0].split(',').count(), 14);
-        assert_eq!(lines[1], "llc-within,sysctl=0,0,800,5,626.4,0.1,3,3.5,200000,485,73215,60,0");
-        assert_eq!(lines[4], "llc-across,sysctl=1,1,630,5,600,0.1,3,2.25,1234.5,320,190000,38.25,3");
+        assert_eq!(lines[0].split(',').count(), 16);
+        assert_eq!(lines[1], "llc-within,sysctl=0,0,800,5,626.4,0.1,3,3.5,200000,485,73215,60,0,,-");
+        assert_eq!(lines[4], "llc-across,sysctl=1,1,630,5,600,0.1,3,2.25,1234.5,320,190000,38.25,3,,-");
     }
 
     #[test]
@@ -470,7 +541,9 @@ mod tests {
         assert!(lines[1].starts_with("|---|---|---:|"));
         assert_eq!(lines.iter().filter(|l| l.starts_with("| llc-")).count(), 4);
         assert!(
-            m.contains("| llc-within | 0 | 800.0 | 5.0 | 626.4 | 0.1 | 3 | 3.50 | 200000.0 | 485 | 73215 | 60.0 | 0 |"),
+            m.contains(
+                "| llc-within | 0 | 800.0 | 5.0 | 626.4 | 0.1 | 3 | 3.50 | 200000.0 | 485 | 73215 | 60.0 | 0 | - | - |"
+            ),
             "{m}"
         );
         assert!(m.contains("- llc-across: Steer-C/s at sysctl=1 is 90.0% of sysctl=0 (630.0 vs 700.0 calls/s)"), "{m}");
@@ -492,10 +565,10 @@ mod tests {
         assert_eq!((rs[0].add_errors, rs[0].stuck_flows, rs[0].lock_contended_pct), (None, None, None));
         let t = table(&rs);
         let row = t.lines().find(|l| l.starts_with("broken")).unwrap_or_else(|| panic!("{t}"));
-        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 10, "{row}");
+        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 12, "{row}");
         assert!(!t.contains("Steer-C/s at sysctl=1"));
         let c = csv(&rs);
-        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,0,0,,");
+        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,0,0,,,,-");
         let svg = svg_chart(&rs, "t").unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("arfs_llc_affinity unset"));
         assert!(svg_chart(&[], "empty").unwrap().starts_with("<svg"));

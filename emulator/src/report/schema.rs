@@ -33,6 +33,9 @@ pub struct Report {
     pub kernel_image: PathBuf,
     /// `tcg` or `kvm`.
     pub accel: String,
+    /// QEMU's `-accel` argument (`tcg,thread=single`): how the vCPUs ran on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qemu_accel: Option<String>,
     pub queues: u16,
     pub vcpus: u32,
     /// `sockets=S dies=D cores=C threads=T cpu=MODEL[ l3_per=X]`.
@@ -76,6 +79,96 @@ pub struct RunReport {
     pub boot_attempts: u32,
     /// The first line of each failed boot.
     pub boot_failures: Vec<String>,
+    /// QEMU's vCPU threads on the host over the traffic after the warm-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostReport>,
+    /// Whether the run measured what it meant to (docs/measuring.md, "Run health").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+    /// The request rate the link partner offered, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_load: Option<OfferedLoad>,
+    /// Earlier attempts of this run that were `invalid` and were run again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discarded: Vec<Discarded>,
+}
+
+/// An attempt of a run that was `invalid` and replaced by a new attempt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Discarded {
+    pub reasons: Vec<String>,
+    /// What its Steer-C/s would have been (not a result).
+    pub steer_calls_per_s: Option<f64>,
+    pub serial_log: PathBuf,
+}
+
+/// QEMU's vCPU threads as the host scheduled them (`/proc/PID/task/TID/schedstat`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    pub host_cores: u32,
+    /// Seconds between the two readings.
+    pub window_s: f64,
+    pub vcpu_threads: Vec<VcpuThread>,
+    /// Share of the vCPU threads' runnable time spent waiting for a host CPU.
+    pub vcpu_wait_pct: Option<f64>,
+    /// Busy share of all host CPUs.
+    pub host_cpu_busy_pct: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VcpuThread {
+    /// QEMU's thread name: `CPU 0/TCG`, or `ALL CPUs/TCG` for single-threaded TCG.
+    pub name: String,
+    pub run_ms: f64,
+    pub wait_ms: f64,
+}
+
+/// A run's health verdict.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    #[default]
+    Ok,
+    Degraded,
+    Invalid,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Degraded => "degraded",
+            Verdict::Invalid => "invalid",
+        }
+    }
+}
+
+/// The verdict, its reasons and the signals it was drawn from (docs/measuring.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    pub verdict: Verdict,
+    /// One line per limit crossed, naming the signal, its value and the limit.
+    pub reasons: Vec<String>,
+    pub replies_lost_pct: Option<f64>,
+    /// `steer_same` calls as a share of all steer calls.
+    pub steer_same_pct: Option<f64>,
+    pub lock_wait_ms_per_s: Option<f64>,
+    /// Mean time from a steer that queued a rule's work to its command being sent.
+    pub work_delay_ms_mean: Option<f64>,
+    pub work_delay_ms_max: Option<f64>,
+    pub guest_cpu_pct: Option<f64>,
+    pub vcpu_wait_pct: Option<f64>,
+}
+
+/// What the link partner offered: the scenario's rate, or a rate fitted to what the guest
+/// sustained in a probe.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OfferedLoad {
+    pub requested_pps: u64,
+    pub chosen_pps: u64,
+    /// Responses per second the guest sustained in the probe (closed loop), if probed.
+    pub probed_pps: Option<f64>,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,6 +284,12 @@ pub struct DriverReport {
     pub dels_per_s: Option<f64>,
     pub lock_contended_pct_window: Option<f64>,
     pub lock_wait_us_per_s: Option<f64>,
+    /// `steer_same` share of the steer calls in the rates' window (% ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steer_same_pct_window: Option<f64>,
+    /// Mean steer-to-command delay of the rule works run in the rates' window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_delay_ms_mean_window: Option<f64>,
     pub rates_window_s: Option<f64>,
     /// Start of the rates' window, seconds after the traffic started.
     pub rates_from_s: Option<f64>,

@@ -22,7 +22,7 @@ pub fn summary_table(report: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7}  rx per queue",
+        "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9}  rx per queue",
         "run",
         "requests",
         "replies",
@@ -33,14 +33,15 @@ pub fn summary_table(report: &Report) -> String {
         "adds",
         "filt.deliv",
         "misdeliv",
-        "stuck"
+        "stuck",
+        "health"
     );
     for r in &report.runs {
         let (l, d) = (&r.link, &r.device);
         let q: Vec<String> = d.rx_packets_per_queue.iter().map(u64::to_string).collect();
         let _ = writeln!(
             s,
-            "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7}  {}",
+            "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9}  {}",
             r.label,
             l.requests,
             l.responses,
@@ -52,8 +53,89 @@ pub fn summary_table(report: &Report) -> String {
             d.filter_delivered,
             d.flows_misdelivered,
             opt(r.flows_stuck_without_filter),
+            r.health.as_ref().map_or("-", |h| h.verdict.as_str()),
             q.join(" "),
         );
     }
+    for r in &report.runs {
+        for d in &r.discarded {
+            let _ =
+                writeln!(s, "  {}: an earlier attempt was invalid and ran again: {}", r.label, d.reasons.join("; "));
+        }
+        if let Some(l) = r.offered_load.as_ref().filter(|l| l.chosen_pps != l.requested_pps) {
+            let _ = writeln!(s, "  {}: offered load: {}", r.label, l.reason);
+        }
+        if let Some(h) = r.health.as_ref().filter(|h| !h.reasons.is_empty()) {
+            let _ = writeln!(s, "  {}: {}: {}", r.label, h.verdict.as_str(), h.reasons.join("; "));
+        }
+    }
     s
+}
+
+/// The runs whose verdict is not `ok`, one line each with the reasons (`None` when all
+/// are ok or the report has no verdicts).
+pub fn unhealthy(report: &Report) -> Option<String> {
+    let lines: Vec<String> = report
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let h = r.health.as_ref().filter(|h| h.verdict != super::schema::Verdict::Ok)?;
+            Some(format!(
+                "scenario {}, run {}: {} ({})",
+                report.scenario,
+                r.label,
+                h.verdict.as_str(),
+                h.reasons.join("; ")
+            ))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::schema::{Discarded, Health, OfferedLoad, RunReport, Verdict};
+
+    fn run(label: &str, verdict: Option<Verdict>, reasons: &[&str]) -> RunReport {
+        RunReport {
+            label: label.into(),
+            health: verdict.map(|v| Health {
+                verdict: v,
+                reasons: reasons.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_summary_flags_unhealthy_runs_with_their_reasons() {
+        let mut bad = run("sysctl=0", Some(Verdict::Invalid), &["replies lost 99.4% > 5%"]);
+        bad.discarded =
+            vec![Discarded { reasons: vec!["arfs_lock wait 5843 ms/s > 250 ms/s".into()], ..Default::default() }];
+        bad.offered_load = Some(OfferedLoad {
+            requested_pps: 2000,
+            chosen_pps: 600,
+            reason: "probed: answered only 1200".into(),
+            ..Default::default()
+        });
+        let r = Report {
+            scenario: "six".into(),
+            runs: vec![bad, run("sysctl=1", Some(Verdict::Ok), &[]), run("old", None, &[])],
+            ..Default::default()
+        };
+        let t = summary_table(&r);
+        let row = |l: &str| t.lines().find(|x| x.starts_with(l)).unwrap_or_else(|| panic!("{t}")).to_string();
+        assert!(row("sysctl=0 ").contains(" invalid "), "{t}");
+        assert!(row("sysctl=1 ").contains(" ok "), "{t}");
+        assert!(t.contains("  sysctl=0: invalid: replies lost 99.4% > 5%"), "{t}");
+        assert!(t.contains("  sysctl=0: an earlier attempt was invalid and ran again: arfs_lock wait"), "{t}");
+        assert!(t.contains("  sysctl=0: offered load: probed: answered only 1200"), "{t}");
+        assert_eq!(unhealthy(&r).unwrap(), "scenario six, run sysctl=0: invalid (replies lost 99.4% > 5%)");
+        let fine = Report { runs: vec![run("a", Some(Verdict::Ok), &[]), run("b", None, &[])], ..Default::default() };
+        assert_eq!(unhealthy(&fine), None);
+        let degraded = Report { runs: vec![run("a", Some(Verdict::Degraded), &["guest CPU 95% busy > 90%"])], ..fine };
+        assert!(unhealthy(&degraded).unwrap().contains("run a: degraded (guest CPU 95% busy > 90%)"));
+    }
 }

@@ -27,6 +27,9 @@ pub struct DemoOptions {
     /// Skip guest-tests/provision.sh even when running as root.
     pub no_provision: bool,
     pub quiet: bool,
+    /// Run each scenario this many times (its runs relabelled `rK:LABEL` from the second
+    /// on); the table shows each setting's median over the valid runs with their spread.
+    pub repeat: u32,
 }
 
 /// What the demo did and how long each part took.
@@ -172,7 +175,21 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
             logdir: Some(o.out.join("logs").join(&name)),
             quiet: o.quiet,
         };
-        let report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
+        let mut report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
+        for k in 2..=o.repeat.max(1) {
+            eprintln!("demo: scenario {name}, round {k} of {}", o.repeat);
+            let more = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}, round {k}"))?;
+            if report.runs.iter().all(|r| !r.label.starts_with("r1:")) {
+                for r in &mut report.runs {
+                    r.label = format!("r1:{}", r.label);
+                }
+            }
+            report.wall_s += more.wall_s;
+            report.runs.extend(more.runs.into_iter().map(|mut r| {
+                r.label = format!("r{k}:{}", r.label);
+                r
+            }));
+        }
         let file = o.out.join(format!("{name}.json"));
         std::fs::write(&file, report.to_json_pretty()).with_context(|| format!("writing {}", file.display()))?;
         reports.push(report);

@@ -9,6 +9,8 @@
 pub mod demo;
 pub mod env;
 pub mod flows;
+pub mod health;
+pub mod hoststat;
 pub mod qemu;
 pub mod run;
 pub mod scenario;
@@ -17,7 +19,7 @@ use crate::device::clock::Clock;
 use crate::device::EmulatedNic;
 use crate::model::nic::Nic;
 use crate::model::profile::Profile;
-use crate::report::schema::{BackendSummary, Report, SCHEMA_VERSION};
+use crate::report::schema::{BackendSummary, Discarded, Report, Verdict, SCHEMA_VERSION};
 use crate::vhost::{Backend, ServeConfig};
 use crate::wire::MacAddr;
 use anyhow::{anyhow, bail, Context};
@@ -37,6 +39,8 @@ pub const GUEST_BASE_PORT: u16 = 7000;
 pub const PARTNER_BASE_PORT: u16 = 9000;
 /// Seconds the guest keeps serving after the link partner stops offering load.
 pub const GUEST_TAIL_S: f64 = 2.0;
+/// How many times an `invalid` run is run again before its last attempt stands (flagged).
+pub const INVALID_RETRIES: u32 = 3;
 
 /// Options of `arfsnic run` that are not in the scenario.
 #[derive(Clone, Debug, Default)]
@@ -58,6 +62,8 @@ pub(crate) struct Ctx {
     pub(crate) logdir: PathBuf,
     pub(crate) qemu_bin: PathBuf,
     pub(crate) accel: String,
+    /// QEMU's `-accel` argument (`tcg,thread=single`, …).
+    pub(crate) qemu_accel: String,
     pub(crate) kernel: env::GuestKernel,
     pub(crate) initrd: PathBuf,
     pub(crate) socket: PathBuf,
@@ -192,34 +198,61 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         let (b, s) = (backend.clone(), stop.clone());
         std::thread::Builder::new().name("vhost-serve".into()).spawn(move || b.serve(&s))?
     };
-    let ctx = Ctx { root, scenario, scenario_dir, logdir, qemu_bin, accel, kernel, initrd, socket, progress };
+    let qemu_accel = hoststat::accel_arg(&accel, &scenario.vm.tcg_threads, scenario.vm.vcpus, hoststat::host_cores());
+    if let Some(w) = hoststat::vcpu_warning(&qemu_accel, scenario.vm.vcpus, hoststat::host_cores()) {
+        progress.suspend(|| eprintln!("arfsnic: warning: scenario {}: {w}", scenario.name));
+    }
+    let ctx =
+        Ctx { root, scenario, scenario_dir, logdir, qemu_bin, accel, qemu_accel, kernel, initrd, socket, progress };
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut result = Ok(());
     'runs: for (i, run) in ctx.scenario.runs().iter().enumerate() {
         let mut boot_failures: Vec<String> = Vec::new();
-        for attempt in 1..=BOOT_ATTEMPTS {
+        let mut discarded: Vec<Discarded> = Vec::new();
+        let mut boots_failed = 0;
+        // Log files are numbered by attempt: 1 boot failure + INVALID_RETRIES re-runs at most.
+        for attempt in 1.. {
             match run_one(&ctx, &emu, &backend, run, i, attempt) {
                 Ok(mut v) => {
-                    v.boot_attempts = attempt;
-                    v.boot_failures = boot_failures;
+                    v.boot_attempts = boots_failed + 1;
+                    v.boot_failures = std::mem::take(&mut boot_failures);
+                    let health = v.health.clone().unwrap_or_default();
+                    if health.verdict == Verdict::Invalid && (discarded.len() as u32) < INVALID_RETRIES {
+                        log::warn!(
+                            "scenario {}, run {:?}: invalid ({}); running it again ({} of {INVALID_RETRIES})",
+                            ctx.scenario.name,
+                            run.label,
+                            health.reasons.join("; "),
+                            discarded.len() + 1
+                        );
+                        discarded.push(Discarded {
+                            reasons: health.reasons,
+                            steer_calls_per_s: v.driver().and_then(|d| d.steer_calls_per_s),
+                            serial_log: v.logs.serial.clone(),
+                        });
+                        boots_failed = 0;
+                        continue;
+                    }
+                    v.discarded = discarded;
                     runs.push(v);
                     continue 'runs;
                 }
-                Err(e) if attempt < BOOT_ATTEMPTS && e.downcast_ref::<BootFailed>().is_some() => {
+                Err(e) if boots_failed + 1 < BOOT_ATTEMPTS && e.downcast_ref::<BootFailed>().is_some() => {
                     let first = e.to_string().lines().next().unwrap_or_default().to_string();
                     log::warn!(
-                        "scenario {}, run {:?}: boot {attempt} failed ({first}; logs in {}), booting again",
+                        "scenario {}, run {:?}: boot failed ({first}; logs in {}), booting again",
                         ctx.scenario.name,
                         run.label,
                         ctx.logdir.display()
                     );
                     boot_failures.push(first);
+                    boots_failed += 1;
                 }
                 Err(e) => {
                     let earlier = match boot_failures.is_empty() {
                         true => String::new(),
-                        false => format!(" (boot {attempt}; boot 1: {})", boot_failures.join("; ")),
+                        false => format!(" (attempt {attempt}; earlier boot: {})", boot_failures.join("; ")),
                     };
                     result = Err(e.context(format!("scenario {}, run {:?}{earlier}", ctx.scenario.name, run.label)));
                     break 'runs;
@@ -247,6 +280,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         kernel: ctx.kernel.label.clone(),
         kernel_image: ctx.kernel.image.clone(),
         accel: ctx.accel.clone(),
+        qemu_accel: Some(ctx.qemu_accel.clone()),
         queues: ctx.scenario.nic.queues,
         vcpus: ctx.scenario.vm.vcpus,
         topology,

@@ -4,8 +4,8 @@
 
 use super::scenario::{self, Run, Scenario};
 use super::{
-    flows, qemu, resolve_profile, Ctx, GUEST_BASE_PORT, GUEST_IP, GUEST_MAC, GUEST_TAIL_S, PARTNER_BASE_PORT,
-    PARTNER_IP,
+    flows, health, hoststat, qemu, resolve_profile, Ctx, GUEST_BASE_PORT, GUEST_IP, GUEST_MAC, GUEST_TAIL_S,
+    PARTNER_BASE_PORT, PARTNER_IP,
 };
 use crate::device::control::{ControlRuntime, Schedule};
 use crate::device::snapshot::ControlSnapshot;
@@ -13,7 +13,8 @@ use crate::device::EmulatedNic;
 use crate::model::nic::NicSnapshot;
 use crate::model::profile::Profile;
 use crate::report::schema::{
-    ControlReport, DeviceReport, DriverReport, FilterReport, GuestReport, GuestSystem, PerSecond, RunLogs, RunReport,
+    ControlReport, DeviceReport, DriverReport, FilterReport, GuestReport, GuestSystem, OfferedLoad, PerSecond, RunLogs,
+    RunReport,
 };
 use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig};
 use crate::vhost::{Backend, BackendCounters};
@@ -120,6 +121,44 @@ fn fail_with_tail(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
 }
 
 /// How often a run may boot its guest: one more boot after a boot failure.
+/// Shortest warm-up whose first half is a load probe.
+const PROBE_MIN_WARMUP_S: f64 = 1.0;
+/// A guest that answers at least this share of the offered rate in the probe keeps it.
+const PROBE_KEEP_SHARE: f64 = 0.95;
+/// A guest that does not gets this share of what it answered.
+const PROBE_SAFE_SHARE: f64 = 0.5;
+
+/// The load probe (first half of the warm-up, at the scenario's rate): keep the rate when
+/// the guest answers it, else offer half of what it answered from now on.
+fn fit_load(partner: &LinkPartner, load: &mut OfferedLoad, probe_s: f64) {
+    let st = partner.stats();
+    fit_decision(load, st.requests, st.responses, probe_s);
+    if load.chosen_pps != load.requested_pps {
+        let _ = partner.set_rate(load.chosen_pps);
+    }
+}
+
+/// What the probe's counts mean for the rate (`load.chosen_pps`, `probed_pps`, `reason`).
+fn fit_decision(load: &mut OfferedLoad, requests: u64, responses: u64, probe_s: f64) {
+    let answered = responses as f64 / probe_s;
+    let offered = requests as f64 / probe_s;
+    load.probed_pps = Some(answered);
+    if requests == 0 || answered >= PROBE_KEEP_SHARE * offered {
+        load.chosen_pps = load.requested_pps;
+        load.reason = format!(
+            "probed: the guest answered {answered:.0} of {offered:.0} requests/s in the first {probe_s:.1} s of the warm-up; rate kept"
+        );
+        return;
+    }
+    let chosen = ((PROBE_SAFE_SHARE * answered) as u64).max(1);
+    load.chosen_pps = chosen;
+    load.reason = format!(
+        "probed: the guest answered only {answered:.0} of {offered:.0} requests/s in the first {probe_s:.1} s of the warm-up; \
+         offering {chosen}/s ({:.0}% of what it answered) for the rest of the run",
+        100.0 * PROBE_SAFE_SHARE
+    );
+}
+
 pub(crate) const BOOT_ATTEMPTS: u32 = 2;
 
 /// The guest never got to `ready`: QEMU died or hung while booting. Nothing was measured
@@ -173,11 +212,11 @@ pub(crate) fn run_one(
 
     let tag = match attempt {
         1 => format!("{:02}-{}", idx, run.label),
-        n => format!("{:02}-{}.boot{n}", idx, run.label),
+        n => format!("{:02}-{}.try{n}", idx, run.label),
     };
     let spec = qemu::QemuSpec {
         binary: ctx.qemu_bin.clone(),
-        accel: ctx.accel.clone(),
+        accel: ctx.qemu_accel.clone(),
         cpu: s.vm.cpu.clone(),
         vcpus: s.vm.vcpus,
         sockets: s.vm.sockets,
@@ -206,6 +245,21 @@ pub(crate) fn run_one(
     let mut finish_deadline: Option<Instant> = None;
     // Device-clock window of the traffic (for rates).
     let mut window = (0u64, 0u64);
+    // QEMU's vCPU threads on the host over the traffic (after the warm-up).
+    let qemu_pid = q.child.id();
+    let mut host0: Option<(hoststat::HostSample, Instant)> = None;
+    let mut host_report = None;
+    let mut load = OfferedLoad { requested_pps: u64::from(s.traffic.rate_pps), ..Default::default() };
+    let mut probe_at = None;
+    match (s.traffic.mode, s.traffic.rate_pps, s.traffic.pin_rate) {
+        (scenario::LoopMode::Closed, _, _) => load.reason = "closed loop: the guest's answers pace the requests".into(),
+        (_, _, true) => load.reason = "pinned by the scenario (traffic.pin_rate)".into(),
+        _ if s.warmup_s < PROBE_MIN_WARMUP_S => {
+            load.reason = format!("not probed: warmup_s {} < {PROBE_MIN_WARMUP_S} s", s.warmup_s)
+        }
+        _ => probe_at = Some(Duration::from_secs_f64(s.warmup_s / 2.0)),
+    }
+    load.chosen_pps = load.requested_pps;
     loop {
         if traffic_started.is_none() && Instant::now() > boot_deadline {
             return Err(run_failed(
@@ -215,7 +269,21 @@ pub(crate) fn run_one(
             ));
         }
         if let Some(t) = traffic_started {
+            if let Some(at) = probe_at.filter(|at| t.elapsed() >= *at) {
+                probe_at = None;
+                fit_load(&partner, &mut load, at.as_secs_f64());
+                if load.chosen_pps != load.requested_pps {
+                    phase(ctx, format!("run {} [{}]: {}", idx + 1, run.label, load.reason));
+                }
+            }
+            if host0.is_none() && t.elapsed().as_secs_f64() >= s.warmup_s {
+                host0 = Some((hoststat::HostSample::read(qemu_pid), Instant::now()));
+            }
             if !traffic_stopped && t.elapsed() >= traffic_for {
+                if let Some((h0, t0)) = &host0 {
+                    let h1 = hoststat::HostSample::read(qemu_pid);
+                    host_report = Some(h0.delta(&h1, t0.elapsed().as_secs_f64(), hoststat::host_cores()));
+                }
                 phase(ctx, format!("run {} [{}]: draining, waiting for the guest report", idx + 1, run.label));
                 window.1 = emu.clock.now_ns();
                 let _ = partner.stop();
@@ -329,7 +397,7 @@ pub(crate) fn run_one(
     let guest_cpu_pct = flows::guest_cpu_pct(&guest);
     let system: GuestSystem = serde_json::from_value(guest)
         .with_context(|| format!("the guest's JSON block has an unexpected shape (see {})", q.serial_log.display()))?;
-    Ok(RunReport {
+    let mut report = RunReport {
         label: run.label.clone(),
         sysctls: s.sysctls_for(run),
         duration_s: traffic_started.map(|_| traffic_for.as_secs_f64()),
@@ -344,7 +412,13 @@ pub(crate) fn run_one(
         logs: RunLogs { serial: q.serial_log.clone(), qemu_stderr: q.stderr_log.clone() },
         boot_attempts: 0,
         boot_failures: Vec::new(),
-    })
+        host: host_report,
+        health: None,
+        offered_load: Some(load),
+        discarded: Vec::new(),
+    };
+    report.health = Some(health::assess(&report, s.vm.vcpus, &health::LIMITS));
+    Ok(report)
 }
 
 /// The report's `guest` object: the driver's counters from its STATS frames (when the
@@ -366,6 +440,8 @@ fn guest_report(
             dels_per_s: rates.map(|r| r.dels_per_s),
             lock_contended_pct_window: rates.map(|r| r.lock_contended_pct),
             lock_wait_us_per_s: rates.map(|r| r.lock_wait_us_per_s),
+            steer_same_pct_window: rates.and_then(|r| r.steer_same_pct),
+            work_delay_ms_mean_window: rates.and_then(|r| r.work_delay_ms_mean),
             rates_window_s: rates.map(|r| r.window_s),
             rates_from_s: rates.map(|r| (r.from_ns as f64 - traffic_start_ns as f64) / 1e9),
             per_second: per_second(&snap.series, traffic_start_ns, traffic_end_ns),
@@ -429,6 +505,27 @@ mod tests {
 
     fn sample(t_ms: u64, steer: u64, adds: u64) -> StatsSample {
         StatsSample { t_ns: t_ms * 1_000_000, steer_calls: steer, adds_ok: adds, ..Default::default() }
+    }
+
+    #[test]
+    fn the_probe_keeps_a_sustained_rate_and_halves_what_an_overloaded_guest_answered() {
+        let mut l = OfferedLoad { requested_pps: 2000, ..Default::default() };
+        fit_decision(&mut l, 1000, 990, 0.5);
+        assert_eq!((l.chosen_pps, l.probed_pps), (2000, Some(1980.0)));
+        assert!(
+            l.reason.contains("answered 1980 of 2000 requests/s") && l.reason.ends_with("rate kept"),
+            "{}",
+            l.reason
+        );
+        fit_decision(&mut l, 1000, 700, 0.5);
+        assert_eq!(l.chosen_pps, 700);
+        assert!(l.reason.contains("answered only 1400 of 2000") && l.reason.contains("offering 700/s"), "{}", l.reason);
+        // Nothing sent yet (no guest MAC learnt): nothing to judge, the rate stays.
+        fit_decision(&mut l, 0, 0, 0.5);
+        assert_eq!(l.chosen_pps, 2000);
+        // A silent guest still gets a rate above 0 (an open loop needs one).
+        fit_decision(&mut l, 1000, 0, 0.5);
+        assert_eq!(l.chosen_pps, 1);
     }
 
     #[test]
