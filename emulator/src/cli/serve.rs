@@ -14,9 +14,16 @@ use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// vhost-user socket path to create (QEMU: -chardev socket,path=PATH).
+    /// vhost-user socket path to create (QEMU: -chardev socket,path=PATH). Only a stale
+    /// socket there (nothing listening) is replaced; anything else is an error.
     #[arg(long)]
     pub socket: PathBuf,
+    /// Permission bits of the socket, octal (default 600: only its owner may connect).
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    pub socket_mode: Option<u32>,
+    /// Group of the socket, name or number (with --socket-mode 660 its members may connect).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
     /// NIC profile (TOML), e.g. configs/mlx5-cx6.toml.
     #[arg(long)]
     pub profile: PathBuf,
@@ -38,6 +45,13 @@ pub struct ServeArgs {
     pub connections: Option<u64>,
 }
 
+fn parse_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("{s:?} is not an octal mode between 000 and 777 (e.g. 600, 660)")),
+    }
+}
+
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let profile = Profile::load(&a.profile)?;
     let queues = a.queues.unwrap_or(profile.device.queues);
@@ -45,6 +59,13 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let emu = EmulatedNic::new(nic, Clock::new());
     let mut cfg = ServeConfig::new(&a.socket, queues);
     cfg.threads = a.threads;
+    cfg.socket_mode = a.socket_mode;
+    cfg.socket_gid = a
+        .socket_group
+        .as_deref()
+        .map(crate::vhost::socket::group_id)
+        .transpose()
+        .map_err(|e| anyhow!("--socket-group: {e}"))?;
     cfg.mac =
         a.mac.as_deref().map(|m| m.parse::<MacAddr>().map(|m| m.0).map_err(|e| anyhow!("--mac: {e}"))).transpose()?;
     let cfg_mac = cfg.mac;
@@ -81,14 +102,16 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             let n = emu.nic.snapshot();
             let f = ctl.snapshot().filter;
             log::info!(
-                "frontend {served} disconnected: tx {:?} rx {:?}; filters: {} adds, {} mods, {} dels, rejects {:?}, {} live",
+                "frontend {served} disconnected: tx {:?} rx {:?}; filters: {} adds, {} mods, {} dels, rejects {:?}, {} live; \
+                 wire frames dropped as spoofed control frames: {}",
                 c.pairs.iter().map(|p| p.tx_frames).collect::<Vec<_>>(),
                 n.queues.iter().map(|q| q.rx_packets).collect::<Vec<_>>(),
                 f.adds,
                 f.mods,
                 f.dels,
                 f.rejects,
-                f.rules_now
+                f.rules_now,
+                emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed)
             );
         }
         if a.connections.is_some_and(|n| served >= n) {

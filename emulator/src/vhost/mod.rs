@@ -55,6 +55,7 @@
 mod device;
 mod handler;
 pub mod ring;
+pub mod socket;
 pub mod testing;
 
 use std::fmt;
@@ -167,8 +168,13 @@ pub struct BackendCounters {
 /// Configuration of the backend.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
-    /// vhost-user socket path (created; a stale file is removed).
+    /// vhost-user socket path: created; only a stale socket (nothing listening) is
+    /// removed first, anything else there is an error ([`socket`]).
     pub socket: PathBuf,
+    /// Permission bits of the socket (default 0600: its owner only).
+    pub socket_mode: Option<u32>,
+    /// Group of the socket (with a mode such as 0660: that group may connect too).
+    pub socket_gid: Option<u32>,
     /// Number of queue pairs (1..=128).
     pub pairs: u16,
     /// Worker threads; default one per pair. Pair p is served by thread p % threads.
@@ -180,7 +186,7 @@ pub struct ServeConfig {
 
 impl ServeConfig {
     pub fn new(socket: impl Into<PathBuf>, pairs: u16) -> Self {
-        ServeConfig { socket: socket.into(), pairs, threads: None, mac: None }
+        ServeConfig { socket: socket.into(), pairs, threads: None, mac: None, socket_mode: None, socket_gid: None }
     }
 }
 
@@ -191,6 +197,8 @@ pub enum VhostError {
     Config(String),
     #[error("socket {path}: {source}")]
     Socket { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    SocketPath(#[from] socket::SocketPathError),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -214,11 +222,7 @@ impl Backend {
             return Err(VhostError::Config("threads must be >= 1".into()));
         }
         let threads = threads.min(usize::from(cfg.pairs));
-        if cfg.socket.exists() {
-            let _ = std::fs::remove_file(&cfg.socket);
-        }
-        let listener = UnixListener::bind(&cfg.socket)
-            .map_err(|source| VhostError::Socket { path: cfg.socket.clone(), source })?;
+        let listener = socket::bind(&cfg.socket, cfg.socket_mode.unwrap_or(socket::DEFAULT_MODE), cfg.socket_gid)?;
         listener.set_nonblocking(true)?;
         let dev = Arc::new(Device::new(cfg.pairs, threads, hooks)?);
         let mut workers = Vec::with_capacity(threads);
