@@ -4,7 +4,8 @@
 use super::clock::Clock;
 use super::ports::{ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest};
 use crate::model::nic::Nic;
-use crate::wire::ethernet::ethertype;
+use crate::wire::control::DEVICE_MAC;
+use crate::wire::ethernet::{ethertype, innermost_ethertype, source_mac, MacAddr};
 use crate::wire::CONTROL_ETHERTYPE;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -16,6 +17,15 @@ pub struct GlueCounters {
     pub data_frames_tx: AtomicU64,
     pub rx_not_ready: AtomicU64,
     pub rx_errors: AtomicU64,
+    /// Wire-side frames dropped because they could pass for the device's control path:
+    /// the control EtherType (behind any VLAN tags) or the device's MAC as source.
+    pub rx_spoofed_dropped: AtomicU64,
+}
+
+/// Whether a frame from the wire could pass for one of the device's control frames.
+/// Only the device sends those; from the wire they are forgeries.
+pub fn is_spoofed_control(frame: &[u8]) -> bool {
+    innermost_ethertype(frame) == Some(CONTROL_ETHERTYPE) || source_mac(frame) == Some(MacAddr(DEVICE_MAC))
 }
 
 pub struct EmulatedNic {
@@ -77,6 +87,10 @@ impl EmulatedNic {
 
 impl ToGuest for EmulatedNic {
     fn to_guest(&self, frame: &[u8]) -> Delivery {
+        if is_spoofed_control(frame) {
+            self.counters.rx_spoofed_dropped.fetch_add(1, Relaxed);
+            return Delivery { queue: None, delivered: false, filter: None };
+        }
         let Ok((_, d)) = self.nic.classify_frame(frame, self.clock.now_ns()) else {
             self.counters.rx_errors.fetch_add(1, Relaxed);
             return Delivery { queue: None, delivered: false, filter: None };

@@ -98,9 +98,46 @@ pub fn ethertype(frame: &[u8]) -> Option<(u16, usize)> {
     Some((et, ETH_HLEN))
 }
 
+/// The EtherType under every 802.1Q / 802.1ad tag of `frame` (a tag stack of any depth,
+/// bounded by the frame's length). `None` when the frame ends inside its tags.
+pub fn innermost_ethertype(frame: &[u8]) -> Option<u16> {
+    let mut at = 12;
+    loop {
+        let et = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
+        if et != ETHERTYPE_VLAN && et != ETHERTYPE_QINQ {
+            return Some(et);
+        }
+        at += 4;
+    }
+}
+
+/// The source MAC of `frame` (`None` when shorter than 12 bytes).
+pub fn source_mac(frame: &[u8]) -> Option<MacAddr> {
+    let mut m = [0u8; 6];
+    m.copy_from_slice(frame.get(6..12)?);
+    Some(MacAddr(m))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_tag_of_a_stack_is_peeled() {
+        let mut f = vec![0u8; 12];
+        for _ in 0..5 {
+            f.extend_from_slice(&ETHERTYPE_QINQ.to_be_bytes());
+            f.extend_from_slice(&[0, 1]);
+            f.extend_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+            f.extend_from_slice(&[0, 2]);
+        }
+        f.extend_from_slice(&0x88b5u16.to_be_bytes());
+        assert_eq!(innermost_ethertype(&f), Some(0x88b5));
+        assert_eq!(innermost_ethertype(&f[..f.len() - 1]), None);
+        assert_eq!(innermost_ethertype(&[0u8; 13]), None);
+        assert_eq!(source_mac(&f), Some(MacAddr([0; 6])));
+        assert_eq!(source_mac(&f[..11]), None);
+    }
 
     #[test]
     fn mac_text_round_trip() {
