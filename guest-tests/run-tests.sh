@@ -51,3 +51,6 @@ fi
 
 step "fidelity tests"
 cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --nocapture
+
+step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
+cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture

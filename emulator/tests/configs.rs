@@ -51,7 +51,8 @@ fn shipped_scenarios_load_and_name_existing_profiles() {
 #[test]
 fn every_committed_report_loads() {
     let mut n = 0;
-    for sub in ["demo", "other"] {
+    let mut matrix = 0;
+    for sub in ["demo", "other", "matrix"] {
         let dir = root().join("docs/results").join(sub);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()
@@ -62,8 +63,15 @@ fn every_committed_report_loads() {
         for f in files {
             let r = arfsnic::report::Report::load(&f, "committed report").unwrap_or_else(|e| panic!("{e}"));
             assert!(!r.runs.is_empty(), "{}", f.display());
-            n += 1;
+            if sub == "matrix" {
+                // Reports made after the run-health verdict existed carry it on every run.
+                assert!(r.runs.iter().all(|x| x.health.is_some()), "{}: a run without health", f.display());
+                matrix += 1;
+            } else {
+                n += 1;
+            }
         }
     }
     assert_eq!(n, 8, "two demo reports and six of the other scenarios");
+    assert_eq!(matrix, 9, "the topology matrix: 5 topologies, hop-within in each, hop-across in the 4 with 2+ LLCs");
 }

@@ -88,14 +88,15 @@ pub struct RunReport {
     /// The request rate the link partner offered, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offered_load: Option<OfferedLoad>,
-    /// Earlier attempts of this run that were `invalid` and were run again.
+    /// Earlier attempts of this run that were not `ok` and were run again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub discarded: Vec<Discarded>,
 }
 
-/// An attempt of a run that was `invalid` and replaced by a new attempt.
+/// An attempt of a run that was not `ok` and was replaced by a new attempt.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Discarded {
+    pub verdict: Verdict,
     pub reasons: Vec<String>,
     /// What its Steer-C/s would have been (not a result).
     pub steer_calls_per_s: Option<f64>,
@@ -191,6 +192,10 @@ pub struct DeviceReport {
     pub rx_dropped_no_buffer: u64,
     pub dropped_by_filter: u64,
     pub malformed: u64,
+    /// Wire-side frames dropped for looking like the device's control frames (the
+    /// control EtherType behind any tags, or the device's MAC as source).
+    #[serde(default)]
+    pub rx_spoofed_dropped: u64,
     /// Frames taken from each TX queue.
     pub tx_packets_per_queue: Vec<u64>,
     /// Flows whose last packet reached another queue than the device chose.

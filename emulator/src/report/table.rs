@@ -59,8 +59,8 @@ pub fn summary_table(report: &Report) -> String {
     }
     for r in &report.runs {
         for d in &r.discarded {
-            let _ =
-                writeln!(s, "  {}: an earlier attempt was invalid and ran again: {}", r.label, d.reasons.join("; "));
+            let (label, verdict, reasons) = (&r.label, d.verdict.as_str(), d.reasons.join("; "));
+            let _ = writeln!(s, "  {label}: an earlier attempt was {verdict} and ran again: {reasons}");
         }
         if let Some(l) = r.offered_load.as_ref().filter(|l| l.chosen_pps != l.requested_pps) {
             let _ = writeln!(s, "  {}: offered load: {}", r.label, l.reason);
@@ -112,8 +112,11 @@ mod tests {
     #[test]
     fn the_summary_flags_unhealthy_runs_with_their_reasons() {
         let mut bad = run("sysctl=0", Some(Verdict::Invalid), &["replies lost 99.4% > 5%"]);
-        bad.discarded =
-            vec![Discarded { reasons: vec!["arfs_lock wait 5843 ms/s > 250 ms/s".into()], ..Default::default() }];
+        bad.discarded = vec![Discarded {
+            verdict: Verdict::Invalid,
+            reasons: vec!["arfs_lock wait 5843 ms/s > 250 ms/s".into()],
+            ..Default::default()
+        }];
         bad.offered_load = Some(OfferedLoad {
             requested_pps: 2000,
             chosen_pps: 600,

@@ -39,8 +39,9 @@ pub const GUEST_BASE_PORT: u16 = 7000;
 pub const PARTNER_BASE_PORT: u16 = 9000;
 /// Seconds the guest keeps serving after the link partner stops offering load.
 pub const GUEST_TAIL_S: f64 = 2.0;
-/// How many times an `invalid` run is run again before its last attempt stands (flagged).
-pub const INVALID_RETRIES: u32 = 3;
+/// How many times a run that is not `ok` is run again before its last attempt stands
+/// (flagged).
+pub const HEALTH_RETRIES: u32 = 3;
 
 /// Options of `arfsnic run` that are not in the scenario.
 #[derive(Clone, Debug, Default)]
@@ -211,22 +212,24 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         let mut boot_failures: Vec<String> = Vec::new();
         let mut discarded: Vec<Discarded> = Vec::new();
         let mut boots_failed = 0;
-        // Log files are numbered by attempt: 1 boot failure + INVALID_RETRIES re-runs at most.
+        // Log files are numbered by attempt (boot failures and re-runs alike).
         for attempt in 1.. {
             match run_one(&ctx, &emu, &backend, run, i, attempt) {
                 Ok(mut v) => {
                     v.boot_attempts = boots_failed + 1;
                     v.boot_failures = std::mem::take(&mut boot_failures);
                     let health = v.health.clone().unwrap_or_default();
-                    if health.verdict == Verdict::Invalid && (discarded.len() as u32) < INVALID_RETRIES {
+                    if health.verdict != Verdict::Ok && (discarded.len() as u32) < HEALTH_RETRIES {
                         log::warn!(
-                            "scenario {}, run {:?}: invalid ({}); running it again ({} of {INVALID_RETRIES})",
+                            "scenario {}, run {:?}: {} ({}); running it again ({} of {HEALTH_RETRIES})",
                             ctx.scenario.name,
                             run.label,
+                            health.verdict.as_str(),
                             health.reasons.join("; "),
                             discarded.len() + 1
                         );
                         discarded.push(Discarded {
+                            verdict: health.verdict,
                             reasons: health.reasons,
                             steer_calls_per_s: v.driver().and_then(|d| d.steer_calls_per_s),
                             serial_log: v.logs.serial.clone(),

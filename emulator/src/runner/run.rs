@@ -209,6 +209,7 @@ pub(crate) fn run_one(
     emu.set_peer(Some(partner.clone()));
     let nic0 = emu.nic.snapshot();
     let be0 = backend.counters();
+    let spoofed0 = emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed);
 
     let tag = match attempt {
         1 => format!("{:02}-{}", idx, run.label),
@@ -383,6 +384,7 @@ pub(crate) fn run_one(
         tx_packets_per_queue: tx_delta(&be0, &be1),
         flows_misdelivered: misdelivered,
         flows_compared_with_guest: compared,
+        rx_spoofed_dropped: emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed) - spoofed0,
         profile: profile.name.clone(),
         filter: FilterReport { summary: snap.filter.clone(), aged_out: snap.engine.aged_out },
         control: ControlReport {
