@@ -244,9 +244,10 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
                 Err(e) if boots_failed + 1 < BOOT_ATTEMPTS && e.downcast_ref::<BootFailed>().is_some() => {
                     let first = e.to_string().lines().next().unwrap_or_default().to_string();
                     log::warn!(
-                        "scenario {}, run {:?}: boot failed ({first}; logs in {}), booting again",
+                        "scenario {}, run {:?}: boot {} failed ({first}; logs in {}), booting again",
                         ctx.scenario.name,
                         run.label,
+                        boots_failed + 1,
                         ctx.logdir.display()
                     );
                     boot_failures.push(first);
@@ -255,7 +256,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
                 Err(e) => {
                     let earlier = match boot_failures.is_empty() {
                         true => String::new(),
-                        false => format!(" (attempt {attempt}; earlier boot: {})", boot_failures.join("; ")),
+                        false => format!(" (boot {}; boot 1: {})", boots_failed + 1, boot_failures.join("; boot 2: ")),
                     };
                     result = Err(e.context(format!("scenario {}, run {:?}{earlier}", ctx.scenario.name, run.label)));
                     break 'runs;
