@@ -151,7 +151,7 @@ pub struct Health {
     /// One line per limit crossed, naming the signal, its value and the limit.
     pub reasons: Vec<String>,
     pub replies_lost_pct: Option<f64>,
-    /// `steer_same` calls as a share of all steer calls.
+    /// `steer_same` calls as a share of the steer calls in the rates' window (whole run without one).
     pub steer_same_pct: Option<f64>,
     pub lock_wait_ms_per_s: Option<f64>,
     /// Mean time from a steer that queued a rule's work to its command being sent.
