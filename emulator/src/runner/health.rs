@@ -42,13 +42,28 @@ pub const LIMITS: Limits = Limits {
     vcpu_wait_pct_degraded: 50.0,
 };
 
+/// Flag a signal: `Invalid` above `invalid` (when it has one), else `Degraded` above
+/// `degraded`; `reason(verdict, value, limit)` says which limit it crossed.
+fn grade(
+    h: &mut Health,
+    value: Option<f64>,
+    degraded: f64,
+    invalid: Option<f64>,
+    reason: impl Fn(Verdict, f64, f64) -> String,
+) {
+    let Some(x) = value else { return };
+    let (v, limit) = match invalid {
+        Some(i) if x > i => (Verdict::Invalid, i),
+        _ if x > degraded => (Verdict::Degraded, degraded),
+        _ => return,
+    };
+    h.verdict = h.verdict.max(v);
+    h.reasons.push(reason(v, x, limit));
+}
+
 /// The verdict of a finished run of a guest with `vcpus` CPUs.
 pub fn assess(r: &RunReport, vcpus: u32, lim: &Limits) -> Health {
     let mut h = Health::default();
-    let flag = |h: &mut Health, v: Verdict, reason: String| {
-        h.verdict = h.verdict.max(v);
-        h.reasons.push(reason);
-    };
     let l = &r.link;
     h.replies_lost_pct = (l.requests > 0).then(|| 100.0 * l.lost as f64 / l.requests as f64);
     if let Some(d) = r.driver() {
@@ -68,53 +83,35 @@ pub fn assess(r: &RunReport, vcpus: u32, lim: &Limits) -> Health {
     h.guest_cpu_pct = r.guest_cpu_pct;
     h.vcpu_wait_pct = r.host.as_ref().and_then(|x| x.vcpu_wait_pct);
 
-    if let Some(x) = h.replies_lost_pct {
-        if x > lim.lost_pct_invalid {
-            flag(&mut h, Verdict::Invalid, format!("replies lost {x:.1}% > {}%", lim.lost_pct_invalid));
-        } else if x > lim.lost_pct_degraded {
-            flag(&mut h, Verdict::Degraded, format!("replies lost {x:.2}% > {}%", lim.lost_pct_degraded));
-        }
-    }
+    let (lost, same, cpu, vcpu_wait) = (h.replies_lost_pct, h.steer_same_pct, h.guest_cpu_pct, h.vcpu_wait_pct);
+    grade(&mut h, lost, lim.lost_pct_degraded, Some(lim.lost_pct_invalid), |v, x, limit| match v {
+        Verdict::Invalid => format!("replies lost {x:.1}% > {limit}%"),
+        _ => format!("replies lost {x:.2}% > {limit}%"),
+    });
     // The wait is summed over the CPUs that take the lock: as a share of the guest's
     // CPU time it compares across topologies.
-    if let Some(ms) = h.lock_wait_ms_per_s {
-        let x = ms / (10.0 * f64::from(vcpus.max(1)));
-        let what = format!("arfs_lock wait {ms:.0} ms/s = {x:.1}% of {vcpus} vCPUs' time");
-        if x > lim.lock_wait_pct_invalid {
-            flag(&mut h, Verdict::Invalid, format!("{what} > {}%", lim.lock_wait_pct_invalid));
-        } else if x > lim.lock_wait_pct_degraded {
-            flag(&mut h, Verdict::Degraded, format!("{what} > {}%", lim.lock_wait_pct_degraded));
-        }
-    }
-    if let Some(x) = h.work_delay_ms_mean {
-        if x > lim.work_delay_ms_mean_invalid {
-            let m = format!("steer-to-command delay {x:.0} ms > {} ms (mean)", lim.work_delay_ms_mean_invalid);
-            flag(&mut h, Verdict::Invalid, m);
-        } else if x > lim.work_delay_ms_mean_degraded {
-            let m = format!("steer-to-command delay {x:.0} ms > {} ms (mean)", lim.work_delay_ms_mean_degraded);
-            flag(&mut h, Verdict::Degraded, m);
-        }
-    }
-    if let Some(x) = h.steer_same_pct {
-        if x > lim.steer_same_pct_degraded {
-            let m = format!("steer_same {x:.0}% of steer calls > {}%", lim.steer_same_pct_degraded);
-            flag(&mut h, Verdict::Degraded, m);
-        }
-    }
-    if let Some(x) = h.guest_cpu_pct {
-        if x > lim.guest_cpu_pct_degraded {
-            flag(&mut h, Verdict::Degraded, format!("guest CPU {x:.0}% busy > {}%", lim.guest_cpu_pct_degraded));
-        }
-    }
-    if let Some(x) = h.vcpu_wait_pct {
-        if x > lim.vcpu_wait_pct_degraded {
-            let m = format!(
-                "vCPU threads waited {x:.0}% of their runnable time for a host CPU > {}%",
-                lim.vcpu_wait_pct_degraded
-            );
-            flag(&mut h, Verdict::Degraded, m);
-        }
-    }
+    let vcpu_time = 10.0 * f64::from(vcpus.max(1));
+    let wait = h.lock_wait_ms_per_s;
+    grade(
+        &mut h,
+        wait.map(|ms| ms / vcpu_time),
+        lim.lock_wait_pct_degraded,
+        Some(lim.lock_wait_pct_invalid),
+        |_, x, limit| {
+            format!("arfs_lock wait {:.0} ms/s = {x:.1}% of {vcpus} vCPUs' time > {limit}%", wait.unwrap_or_default())
+        },
+    );
+    let delay = h.work_delay_ms_mean;
+    grade(&mut h, delay, lim.work_delay_ms_mean_degraded, Some(lim.work_delay_ms_mean_invalid), |_, x, limit| {
+        format!("steer-to-command delay {x:.0} ms > {limit} ms (mean)")
+    });
+    grade(&mut h, same, lim.steer_same_pct_degraded, None, |_, x, limit| {
+        format!("steer_same {x:.0}% of steer calls > {limit}%")
+    });
+    grade(&mut h, cpu, lim.guest_cpu_pct_degraded, None, |_, x, limit| format!("guest CPU {x:.0}% busy > {limit}%"));
+    grade(&mut h, vcpu_wait, lim.vcpu_wait_pct_degraded, None, |_, x, limit| {
+        format!("vCPU threads waited {x:.0}% of their runnable time for a host CPU > {limit}%")
+    });
     h
 }
 
