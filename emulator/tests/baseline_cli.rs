@@ -59,6 +59,7 @@ fn report(scenario: &str, runs: Vec<Value>) -> Value {
         kernel: "patched-6.12".into(),
         accel: "tcg".into(),
         queues: 4,
+        complete: true,
         ..Default::default()
     };
     let mut v = serde_json::to_value(r).unwrap();

@@ -613,3 +613,61 @@ fn completion_encoding_matches_the_documented_offsets() {
     assert_eq!(&f[30..38], &1u64.to_be_bytes());
     assert_eq!(&f[54..66], &[0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6]);
 }
+
+/// A receive side with every pair enabled that takes and forgets frames.
+struct AllEnabled(u16);
+
+impl arfsnic::device::GuestRx for AllEnabled {
+    fn deliver(&self, _pair: u16, _frame: &[u8]) -> Result<(), RxError> {
+        Ok(())
+    }
+    fn enabled_pairs(&self) -> Vec<bool> {
+        vec![true; usize::from(self.0)]
+    }
+}
+
+#[test]
+fn a_new_driver_instance_gets_a_fresh_device() {
+    // Rules, engine counters and RSS set up by one driver instance are gone when the link
+    // comes up for the next one (guest reboot, new frontend); they stay readable while
+    // the link is down (reports are taken after QEMU exits).
+    let p = profile(SHARED_1K);
+    let nic = EmulatedNic::new(Arc::new(Nic::new(&p, 2).unwrap()), Clock::new());
+    nic.attach_rx(Arc::new(AllEnabled(2)));
+    let rt = ControlRuntime::attach(&p, &nic, 2, Schedule::FromStart).unwrap();
+    nic.on_link(true);
+    for id in [5, 6] {
+        nic.on_tx(1, &wire::encode_request(GUEST, id, &add(id, 1, key(id))));
+    }
+    settle(&rt, 2);
+    assert_eq!(nic.nic.table().len(), 2);
+    let other = arfsnic::model::rss::Rss::new(&[7u8; 40], Default::default(), 128, 2).unwrap();
+    nic.nic.set_rss(other);
+    assert!(!nic.nic.rss_is_default(&[true, true]));
+    nic.on_link(false);
+    assert_eq!(nic.nic.table().len(), 2, "kept while the link is down");
+    assert_eq!(rt.snapshot().filter.adds, 2);
+    nic.on_link(true);
+    assert_eq!(nic.nic.table().len(), 0, "a fresh device has no rules");
+    let s = rt.snapshot();
+    assert_eq!((s.filter.adds, s.filter.rules_now, s.frames.received), (0, 0, 0));
+    assert!(nic.nic.rss_is_default(&[true, true]), "RSS back to the profile's");
+    assert_eq!(nic.counters.device_resets.load(Ordering::Relaxed), 2);
+    assert_eq!(rt.resets(), 2);
+    // The device works as before after the reset.
+    nic.on_tx(0, &wire::encode_request(GUEST, 9, &add(9, 0, key(9))));
+    settle(&rt, 3);
+    assert!(nic.nic.table().contains_id(9));
+    nic.set_control(None);
+}
+
+#[test]
+fn a_command_in_flight_at_a_reset_never_lands() {
+    let p = profile(&format!("{SHARED_1K}[engine.latency]\nadd = {{ dist = \"fixed\", us = 200000 }}\n"));
+    let r = rig(&p, 2);
+    r.send(1, 1, &add(1, 1, key(1)));
+    r.rt.reset();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(!r.rt.table().contains_id(1), "the old driver's ADD completed on the fresh device");
+    assert_eq!(r.rt.snapshot().filter.adds, 0);
+}

@@ -2,6 +2,7 @@
 
 pub mod classify;
 pub mod serve;
+pub mod signals;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -138,17 +139,29 @@ pub fn main() -> ExitCode {
     // The demo prints a table; the backend's connection messages would only interleave.
     let level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    let long_running = matches!(cli.command, Command::Demo(_) | Command::Run(_) | Command::Serve(_));
+    let interrupt = match long_running.then(signals::install).transpose() {
+        Ok(i) => i.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("arfsnic: error: installing the SIGINT/SIGTERM handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let r = match cli.command {
         Command::Classify(a) => classify::run(&a),
-        Command::Demo(a) => demo(&a),
+        Command::Demo(a) => demo(&a, &interrupt),
         Command::Compare(a) => compare(&a),
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
         Command::Results(a) => results(&a),
-        Command::Run(a) => run(&a),
-        Command::Serve(a) => serve::run(&a),
+        Command::Run(a) => run(&a, &interrupt),
+        Command::Serve(a) => serve::run(&a, &interrupt),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<crate::runner::Interrupted>().is_some() => {
+            eprintln!("arfsnic: {e}; the report holds the runs that finished (complete = false)");
+            ExitCode::from(interrupt.exit_code())
+        }
         Err(e) if e.downcast_ref::<Unhealthy>().is_some() => {
             eprintln!("arfsnic: {e}");
             ExitCode::from(3)
@@ -173,7 +186,7 @@ impl std::fmt::Display for Unhealthy {
 
 impl std::error::Error for Unhealthy {}
 
-fn run(a: &RunArgs) -> anyhow::Result<()> {
+fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> {
     // A bad baseline fails before the (long) run, not after it.
     let baseline = a.baseline.as_deref().map(|p| crate::report::baseline::Report::load(p, "baseline")).transpose()?;
     if let Some(b) = &baseline {
@@ -188,6 +201,7 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         kdir: a.kdir.clone(),
         logdir: a.logdir.clone(),
         quiet: a.quiet,
+        interrupt: interrupt.clone(),
     };
     let report = crate::runner::run_scenario(&a.scenario, &opts)?;
     let text = report.to_json_pretty();
@@ -199,6 +213,9 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         None => println!("{text}"),
     }
     print!("{}", crate::report::table::summary_table(&report));
+    if let Some(sig) = &report.interrupted {
+        return Err(crate::runner::Interrupted(sig.clone()).into());
+    }
     if let Some(b) = &baseline {
         let source = a.json.as_ref().map_or_else(|| "report".to_string(), |p| format!("report {}", p.display()));
         let current = crate::report::baseline::Report::from_report(&report, &source).map_err(anyhow::Error::msg)?;
@@ -230,7 +247,7 @@ fn check_baseline(
     }
 }
 
-fn demo(a: &DemoArgs) -> anyhow::Result<()> {
+fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> {
     let o = crate::runner::demo::DemoOptions {
         out: a.out.clone(),
         scenarios: a.scenarios.clone(),
@@ -240,6 +257,7 @@ fn demo(a: &DemoArgs) -> anyhow::Result<()> {
         no_provision: a.no_provision,
         quiet: a.quiet,
         repeat: a.repeat,
+        interrupt: interrupt.clone(),
     };
     let r = crate::runner::demo::run_demo(&o)?;
     let outputs = crate::report::results::write_outputs(&o.out, &r.reports)?;
@@ -259,6 +277,9 @@ fn demo(a: &DemoArgs) -> anyhow::Result<()> {
         "wall time {:.0} s (provisioning {:.0} s, kernel {:.0} s, runs {:.0} s)",
         r.wall_s, r.provision_s, r.kernel_s, r.runs_s
     );
+    if let Some(sig) = r.reports.iter().find_map(|x| x.interrupted.clone()) {
+        return Err(crate::runner::Interrupted(sig).into());
+    }
     let bad: Vec<String> = r.reports.iter().filter_map(crate::report::table::unhealthy).collect();
     match bad.is_empty() {
         true => Ok(()),

@@ -1,16 +1,20 @@
 //! `arfsnic serve`: the emulated NIC on a vhost-user socket, for a hand-launched QEMU.
 
 use crate::device::clock::Clock;
+use crate::device::ControlRuntime;
 use crate::device::EmulatedNic;
 use crate::model::nic::Nic;
 use crate::model::profile::Profile;
+use crate::runner::Interrupt;
 use crate::vhost::{Backend, ServeConfig};
 use crate::wire::MacAddr;
 use anyhow::{anyhow, Context};
 use clap::Args;
+use serde::Serialize;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -40,9 +44,72 @@ pub struct ServeArgs {
     /// built-in link partner.
     #[arg(long)]
     pub tap: Option<String>,
-    /// Stop after serving this many QEMU connections (default: run until killed).
+    /// Stop after serving this many QEMU connections (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub connections: Option<u64>,
+    /// Keep a JSON file of the device's state here, rewritten every 0.5 s and at the end
+    /// (docs/security.md lists the fields): device resets, filter table, RSS, counters,
+    /// the process's memory, fds and threads.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+}
+
+/// What `--stats` writes.
+#[derive(Serialize, Debug)]
+struct ServeStats {
+    /// False until `serve` ended on its own (--connections reached); a signal or an
+    /// error leaves it false.
+    complete: bool,
+    /// The signal that stopped `serve`.
+    stopped_by: Option<String>,
+    pid: u32,
+    /// Frontend connections accepted so far.
+    connections: u64,
+    link_up: bool,
+    /// New driver instances (link up after down); each reset the device.
+    device_resets: u64,
+    enabled_pairs: Vec<bool>,
+    /// RSS is the profile's configuration (spread over the enabled pairs).
+    rss_default: bool,
+    /// The filter table and command engine since the last device reset.
+    filter: crate::device::snapshot::FilterSummary,
+    /// Control frames since the last device reset.
+    control_frames: crate::device::snapshot::FrameCounters,
+    /// Since `serve` started: frames the NIC put into each RX queue, frames taken from
+    /// each TX queue.
+    rx_packets: Vec<u64>,
+    tx_frames: Vec<u64>,
+    /// Wire-side frames dropped as forged control frames (docs/security.md).
+    rx_spoofed_dropped: u64,
+    /// Descriptor/ring errors and refused vhost-user requests, since `serve` started.
+    desc_errors: u64,
+    protocol_errors: u64,
+    /// This process, from /proc/self.
+    vm_rss_kb: u64,
+    fds: u64,
+    threads: u64,
+}
+
+/// VmRSS (kB), open fds and threads of this process.
+fn proc_self() -> (u64, u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+    (field("VmRSS:"), fds, field("Threads:"))
+}
+
+/// Write `text` to `path` through a temporary file and a rename (readers never see half).
+fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -52,7 +119,48 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     }
 }
 
-pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
+fn stats(
+    backend: &Backend,
+    emu: &EmulatedNic,
+    ctl: &ControlRuntime,
+    end: Option<(bool, Option<String>)>,
+) -> ServeStats {
+    let c = backend.counters();
+    let n = emu.nic.snapshot();
+    let snap = ctl.snapshot();
+    let enabled = backend.rx_port().enabled_pairs();
+    let (vm_rss_kb, fds, threads) = proc_self();
+    let (complete, stopped_by) = end.unwrap_or((false, None));
+    ServeStats {
+        complete,
+        stopped_by,
+        pid: std::process::id(),
+        connections: c.connections,
+        link_up: c.link_up,
+        device_resets: emu.counters.device_resets.load(Relaxed),
+        rss_default: emu.nic.rss_is_default(&enabled),
+        enabled_pairs: enabled,
+        filter: snap.filter,
+        control_frames: snap.frames,
+        rx_packets: n.queues.iter().map(|q| q.rx_packets).collect(),
+        tx_frames: c.pairs.iter().map(|p| p.tx_frames).collect(),
+        rx_spoofed_dropped: emu.counters.rx_spoofed_dropped.load(Relaxed),
+        desc_errors: c.pairs.iter().map(|p| p.desc_errors).sum(),
+        protocol_errors: c.protocol_errors,
+        vm_rss_kb,
+        fds,
+        threads,
+    }
+}
+
+fn write_stats(path: &std::path::Path, s: &ServeStats) {
+    let text = serde_json::to_string_pretty(s).unwrap_or_default() + "\n";
+    if let Err(e) = write_atomic(path, &text) {
+        log::warn!("--stats {}: {e}", path.display());
+    }
+}
+
+pub fn run(a: &ServeArgs, interrupt: &Interrupt) -> anyhow::Result<()> {
     let profile = Profile::load(&a.profile)?;
     let queues = a.queues.unwrap_or(profile.device.queues);
     let nic = Arc::new(Nic::new(&profile, queues).map_err(|e| anyhow!("--queues {queues}: {e}"))?);
@@ -69,15 +177,13 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     cfg.mac =
         a.mac.as_deref().map(|m| m.parse::<MacAddr>().map(|m| m.0).map_err(|e| anyhow!("--mac: {e}"))).transpose()?;
     let cfg_mac = cfg.mac;
-    let backend = Backend::new(cfg, emu.clone()).with_context(|| format!("--socket {}", a.socket.display()))?;
+    if let Some(p) = &a.stats {
+        write_atomic(p, "{}\n").map_err(|e| anyhow!("--stats {}: {e}", p.display()))?;
+    }
+    let backend = Arc::new(Backend::new(cfg, emu.clone()).with_context(|| format!("--socket {}", a.socket.display()))?);
     emu.attach_rx(Arc::new(backend.rx_port()));
-    let ctl = crate::device::control::ControlRuntime::attach(
-        &profile,
-        &emu,
-        queues,
-        crate::device::control::Schedule::FromStart,
-    )
-    .context("starting the control plane")?;
+    let ctl = ControlRuntime::attach(&profile, &emu, queues, crate::device::control::Schedule::FromStart)
+        .context("starting the control plane")?;
     if let Some(m) = cfg_mac {
         ctl.set_guest_mac(m);
     }
@@ -92,30 +198,61 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         a.socket.display(),
         if a.tap.is_some() { "tap" } else { "no traffic source: frames from the guest are counted and dropped" }
     );
-    // `serve` ends after --connections frontends or when killed; nothing else stops it.
-    let never = AtomicBool::new(false);
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = a.stats.clone().map(|path| {
+        let (b, e, c, d) = (backend.clone(), emu.clone(), ctl.clone(), done.clone());
+        std::thread::Builder::new().name("arfsnic-stats".into()).spawn(move || {
+            while !d.load(Relaxed) {
+                write_stats(&path, &stats(&b, &e, &c, None));
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    });
+    let writer = writer.transpose().context("starting the --stats writer")?;
+    // `serve` ends after --connections frontends or at SIGINT/SIGTERM.
     let mut served = 0u64;
-    loop {
-        if backend.serve_one(&never)? {
-            served += 1;
-            let c = backend.counters();
-            let n = emu.nic.snapshot();
-            let f = ctl.snapshot().filter;
-            log::info!(
-                "frontend {served} disconnected: tx {:?} rx {:?}; filters: {} adds, {} mods, {} dels, rejects {:?}, {} live; \
-                 wire frames dropped as spoofed control frames: {}",
-                c.pairs.iter().map(|p| p.tx_frames).collect::<Vec<_>>(),
-                n.queues.iter().map(|q| q.rx_packets).collect::<Vec<_>>(),
-                f.adds,
-                f.mods,
-                f.dels,
-                f.rejects,
-                f.rules_now,
-                emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed)
-            );
+    let result = loop {
+        match backend.serve_one(&interrupt.stop) {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(anyhow::Error::from(e)),
         }
-        if a.connections.is_some_and(|n| served >= n) {
-            return Ok(());
+        served += 1;
+        let c = backend.counters();
+        let n = emu.nic.snapshot();
+        let f = ctl.snapshot().filter;
+        log::info!(
+            "frontend {served} disconnected: tx {:?} rx {:?}; filters: {} adds, {} mods, {} dels, rejects {:?}, {} live; \
+             wire frames dropped as spoofed control frames: {}",
+            c.pairs.iter().map(|p| p.tx_frames).collect::<Vec<_>>(),
+            n.queues.iter().map(|q| q.rx_packets).collect::<Vec<_>>(),
+            f.adds,
+            f.mods,
+            f.dels,
+            f.rejects,
+            f.rules_now,
+            emu.counters.rx_spoofed_dropped.load(Relaxed)
+        );
+        if interrupt.requested() || a.connections.is_some_and(|n| served >= n) {
+            break Ok(());
         }
+    };
+    done.store(true, Relaxed);
+    if let Some(w) = writer {
+        let _ = w.join();
     }
+    let stopped_by = interrupt.requested().then(|| interrupt.signal_name());
+    if let Some(sig) = &stopped_by {
+        log::info!("{sig}: stopping; {served} frontend(s) served");
+    }
+    if let Some(p) = &a.stats {
+        let complete = result.is_ok() && stopped_by.is_none();
+        write_stats(p, &stats(&backend, &emu, &ctl, Some((complete, stopped_by))));
+    }
+    emu.set_peer(None);
+    emu.set_control(None);
+    ctl.shutdown();
+    // The last reference: dropping the backend stops its workers and removes the socket.
+    drop(backend);
+    result
 }

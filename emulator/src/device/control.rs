@@ -101,6 +101,8 @@ struct Inner {
     frames: FrameCounters,
     guest: Guest,
     shutdown: bool,
+    /// The fault schedule waits for [`ControlRuntime::arm_schedule`] (a reset keeps it so).
+    schedule_held: bool,
 }
 
 /// A frame to send once the lock is released.
@@ -118,6 +120,10 @@ struct Shared {
     caps: Caps,
     queue_pairs: u16,
     sent: AtomicU64,
+    /// What a device reset rebuilds the engine from.
+    profile: Profile,
+    /// Device resets (a new driver instance started) since the runtime was created.
+    resets: AtomicU64,
 }
 
 impl Shared {
@@ -251,6 +257,7 @@ impl ControlRuntime {
             frames: FrameCounters::default(),
             guest: Guest::default(),
             shutdown: false,
+            schedule_held: schedule == Schedule::Held,
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
@@ -260,6 +267,8 @@ impl ControlRuntime {
             caps,
             queue_pairs,
             sent: AtomicU64::new(0),
+            profile: profile.clone(),
+            resets: AtomicU64::new(0),
         });
         let s = shared.clone();
         let timer = std::thread::Builder::new().name("arfsnic-ctl".into()).spawn(move || timer_loop(&s))?;
@@ -394,7 +403,36 @@ impl ControlRuntime {
     /// Start the profile's fault schedule now (offsets count from this call); for a
     /// runtime attached with [`Schedule::Held`].
     pub fn arm_schedule(&self) {
+        self.shared.lock().schedule_held = false;
         self.engine_op(|e, now, outs| e.arm_schedule(now, outs));
+    }
+
+    /// The device was reset (a new driver instance started, as after a guest reboot or a
+    /// new frontend): what the guest sees starts over as on a fresh device. The filter
+    /// table is emptied without AGED/FLUSHED events (nobody is left to receive them),
+    /// the engine starts anew (pending commands dropped, its counters and fault schedule
+    /// restarted; a held schedule stays held), events are numbered from 1 again and the
+    /// guest's reported counters are forgotten.
+    pub fn reset(&self) {
+        let sh = &*self.shared;
+        let mut g = sh.lock();
+        let table = g.engine.table().clone();
+        table.flush();
+        g.engine = Engine::new(&sh.profile, table, sh.clock.now_ns());
+        if g.schedule_held {
+            g.engine.hold_schedule();
+        }
+        g.event_seq = 0;
+        g.rules_peak = 0;
+        g.frames = FrameCounters::default();
+        g.guest = Guest::default();
+        sh.resets.fetch_add(1, Relaxed);
+        sh.wake.notify_one();
+    }
+
+    /// Device resets since the runtime was created.
+    pub fn resets(&self) -> u64 {
+        self.shared.resets.load(Relaxed)
     }
 
     pub fn inject(&self, fault: Fault) {
@@ -580,6 +618,9 @@ fn timer_loop(sh: &Shared) {
 impl ControlPlane for ControlRuntime {
     fn on_control_frame(&self, pair: u16, frame: &[u8]) {
         self.handle_frame(pair, frame);
+    }
+    fn on_device_reset(&self) {
+        self.reset();
     }
 }
 

@@ -20,6 +20,10 @@ pub struct GlueCounters {
     /// Wire-side frames dropped because they could pass for the device's control path:
     /// the control EtherType (behind any VLAN tags) or the device's MAC as source.
     pub rx_spoofed_dropped: AtomicU64,
+    /// Device resets: the link came up after being down (a new driver instance: guest
+    /// boot or reboot, a new frontend). Each empties the filter table, restarts the
+    /// command engine and returns RSS to the profile's configuration.
+    pub device_resets: AtomicU64,
 }
 
 /// Whether a frame from the wire could pass for one of the device's control frames.
@@ -34,6 +38,7 @@ pub struct EmulatedNic {
     rx: OnceLock<Arc<dyn GuestRx>>,
     peer: RwLock<Option<Arc<dyn GuestPeer>>>,
     control: RwLock<Option<Arc<dyn ControlPlane>>>,
+    link_up: std::sync::atomic::AtomicBool,
     pub counters: GlueCounters,
 }
 
@@ -45,6 +50,7 @@ impl EmulatedNic {
             rx: OnceLock::new(),
             peer: RwLock::new(None),
             control: RwLock::new(None),
+            link_up: std::sync::atomic::AtomicBool::new(false),
             counters: GlueCounters::default(),
         })
     }
@@ -139,8 +145,20 @@ impl DeviceHooks for EmulatedNic {
     }
 
     fn on_link(&self, up: bool) {
+        let was_up = self.link_up.swap(up, Relaxed);
         if let Some(rx) = self.rx.get() {
-            self.nic.set_enabled_queues(&rx.enabled_pairs());
+            if up && !was_up {
+                // A new driver instance: a fresh device for it (state is kept across the
+                // down period, so reports read after QEMU exits still see it).
+                self.counters.device_resets.fetch_add(1, Relaxed);
+                self.nic.reset_rss(&rx.enabled_pairs());
+                let c = crate::sync::read(&self.control).clone();
+                if let Some(c) = c {
+                    c.on_device_reset();
+                }
+            } else {
+                self.nic.set_enabled_queues(&rx.enabled_pairs());
+            }
         }
         if let Some(p) = self.peer() {
             p.link(up);

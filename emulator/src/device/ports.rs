@@ -54,6 +54,9 @@ pub trait GuestRx: Send + Sync + 'static {
 /// Receives the guest's control frames (EtherType 0x88B5) from any TX queue.
 pub trait ControlPlane: Send + Sync + 'static {
     fn on_control_frame(&self, pair: u16, frame: &[u8]);
+    /// A new driver instance started on the device (link came up after being down):
+    /// forget everything the previous one set up.
+    fn on_device_reset(&self) {}
 }
 
 /// The result of offering one frame to the guest.

@@ -81,6 +81,8 @@ pub struct NicSnapshot {
 
 pub struct Nic {
     rss: ArcSwap<Rss>,
+    /// The RSS configuration the NIC was built with (what a reset returns to).
+    rss_default: Arc<Rss>,
     table: Arc<FilterTable>,
     queues: Box<[CachePadded<QueueCounters>]>,
     counters: NicCounters,
@@ -95,7 +97,8 @@ impl Nic {
 
     pub fn with_parts(rss: Rss, table: Arc<FilterTable>) -> Nic {
         let queues = (0..rss.queues()).map(|_| CachePadded::new(QueueCounters::default())).collect();
-        Nic { rss: ArcSwap::from_pointee(rss), table, queues, counters: NicCounters::default() }
+        let rss = Arc::new(rss);
+        Nic { rss: ArcSwap::new(rss.clone()), rss_default: rss, table, queues, counters: NicCounters::default() }
     }
 
     pub fn table(&self) -> &Arc<FilterTable> {
@@ -113,6 +116,22 @@ impl Nic {
     /// Replace the RSS configuration (e.g. after the guest enabled fewer queues).
     pub fn set_rss(&self, rss: Rss) {
         self.rss.store(Arc::new(rss));
+    }
+
+    /// Back to the RSS configuration the NIC was built with (key, hash fields, table),
+    /// spread over the `enabled` queues: a device reset.
+    pub fn reset_rss(&self, enabled: &[bool]) {
+        let mut rss = (*self.rss_default).clone();
+        rss.spread_over(enabled);
+        self.set_rss(rss);
+    }
+
+    /// Whether RSS is the configuration the NIC was built with, up to the queues the
+    /// guest enabled.
+    pub fn rss_is_default(&self, enabled: &[bool]) -> bool {
+        let mut rss = (*self.rss_default).clone();
+        rss.spread_over(enabled);
+        *self.rss.load_full() == rss
     }
 
     /// Spread RSS over the enabled queues only.

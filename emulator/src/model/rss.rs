@@ -222,6 +222,14 @@ pub struct Rss {
     queues: u16,
 }
 
+/// Equal when they hash and spread alike: key, hash types, indirection table, queues
+/// (the Toeplitz lookup tables follow from the key).
+impl PartialEq for Rss {
+    fn eq(&self, o: &Self) -> bool {
+        self.toeplitz.key == o.toeplitz.key && self.types == o.types && self.indir == o.indir && self.queues == o.queues
+    }
+}
+
 impl Rss {
     /// `indir_size` entries spread round-robin over all `queues`
     /// (Linux's `ethtool_rxfh_indir_default`).

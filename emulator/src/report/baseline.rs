@@ -443,6 +443,7 @@ mod tests {
             scenario: "llc-within".into(),
             kernel: "k".into(),
             accel: "tcg".into(),
+            complete: true,
             ..Default::default()
         };
         let mut v = serde_json::to_value(r).unwrap();

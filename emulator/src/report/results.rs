@@ -361,7 +361,13 @@ mod tests {
     }
 
     fn report(scenario: &str, runs: Vec<RunReport>) -> Report {
-        Report { schema_version: crate::report::SCHEMA_VERSION, scenario: scenario.into(), runs, ..Default::default() }
+        Report {
+            schema_version: crate::report::SCHEMA_VERSION,
+            scenario: scenario.into(),
+            runs,
+            complete: true,
+            ..Default::default()
+        }
     }
 
     /// Two scenarios, runs with the sysctl at 0 and 1. The llc-across runs have the

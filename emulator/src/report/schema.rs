@@ -44,6 +44,18 @@ pub struct Report {
     pub wall_s: f64,
     pub backend: BackendSummary,
     pub runs: Vec<RunReport>,
+    /// False when the scenario was stopped (SIGINT/SIGTERM) before its last run ended:
+    /// `runs` then holds only the runs that finished. Reports without the field are
+    /// complete.
+    #[serde(default = "complete_default")]
+    pub complete: bool,
+    /// The signal that stopped it (`SIGINT`, `SIGTERM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
+}
+
+fn complete_default() -> bool {
+    true
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,6 +30,8 @@ pub struct DemoOptions {
     /// Run each scenario this many times (its runs relabelled `rK:LABEL` from the second
     /// on); the table shows each setting's median over the valid runs with their spread.
     pub repeat: u32,
+    /// A stop request: the demo ends after the current run with what it has.
+    pub interrupt: runner::Interrupt,
 }
 
 /// What the demo did and how long each part took.
@@ -174,9 +176,13 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
             kdir: o.kdir.clone(),
             logdir: Some(o.out.join("logs").join(&name)),
             quiet: o.quiet,
+            interrupt: o.interrupt.clone(),
         };
         let mut report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;
         for k in 2..=o.repeat.max(1) {
+            if !report.complete {
+                break;
+            }
             eprintln!("demo: scenario {name}, round {k} of {}", o.repeat);
             let more = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}, round {k}"))?;
             if report.runs.iter().all(|r| !r.label.starts_with("r1:")) {
@@ -185,6 +191,8 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
                 }
             }
             report.wall_s += more.wall_s;
+            report.complete = more.complete;
+            report.interrupted = more.interrupted;
             report.runs.extend(more.runs.into_iter().map(|mut r| {
                 r.label = format!("r{k}:{}", r.label);
                 r
@@ -192,7 +200,11 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
         }
         let file = o.out.join(format!("{name}.json"));
         std::fs::write(&file, report.to_json_pretty()).with_context(|| format!("writing {}", file.display()))?;
+        let complete = report.complete;
         reports.push(report);
+        if !complete {
+            break;
+        }
     }
     let runs_s = t2.elapsed().as_secs_f64();
     Ok(DemoResult { reports, provision_s, kernel_s, runs_s, wall_s: t0.elapsed().as_secs_f64() })

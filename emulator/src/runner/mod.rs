@@ -54,7 +54,49 @@ pub struct RunOptions {
     /// Where logs go (default: a directory next to the JSON output).
     pub logdir: Option<PathBuf>,
     pub quiet: bool,
+    /// Polled between phases and every 50 ms of a run: when set, the QEMU of the current
+    /// run is killed and the report holds the runs finished so far (`complete = false`).
+    pub interrupt: Interrupt,
 }
+
+/// A stop request from outside (the command line's SIGINT/SIGTERM handlers).
+#[derive(Clone, Debug, Default)]
+pub struct Interrupt {
+    /// Set by the first signal.
+    pub stop: Arc<AtomicBool>,
+    /// Its number.
+    pub signal: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Interrupt {
+    pub fn requested(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+    /// `SIGINT`, `SIGTERM`, or `signal N`.
+    pub fn signal_name(&self) -> String {
+        match self.signal.load(Ordering::Acquire) {
+            2 => "SIGINT".into(),
+            15 => "SIGTERM".into(),
+            n => format!("signal {n}"),
+        }
+    }
+    /// The shell's exit status for a process ended by this signal (130, 143).
+    pub fn exit_code(&self) -> u8 {
+        128u8.saturating_add(self.signal.load(Ordering::Acquire).min(127) as u8)
+    }
+}
+
+/// The run was stopped by [`Interrupt`] (not a failure of the run itself).
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted by {}", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 pub(crate) struct Ctx {
     pub(crate) root: PathBuf,
@@ -69,6 +111,7 @@ pub(crate) struct Ctx {
     pub(crate) initrd: PathBuf,
     pub(crate) socket: PathBuf,
     pub(crate) progress: ProgressBar,
+    pub(crate) interrupt: Interrupt,
 }
 
 /// Resolve a profile name (`mlx5-cx6` → configs/mlx5-cx6.toml) or path.
@@ -203,17 +246,35 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     if let Some(w) = hoststat::vcpu_warning(&qemu_accel, scenario.vm.vcpus, hoststat::host_cores()) {
         progress.suspend(|| eprintln!("arfsnic: warning: scenario {}: {w}", scenario.name));
     }
-    let ctx =
-        Ctx { root, scenario, scenario_dir, logdir, qemu_bin, accel, qemu_accel, kernel, initrd, socket, progress };
+    let interrupt = opts.interrupt.clone();
+    let ctx = Ctx {
+        root,
+        scenario,
+        scenario_dir,
+        logdir,
+        qemu_bin,
+        accel,
+        qemu_accel,
+        kernel,
+        initrd,
+        socket,
+        progress,
+        interrupt,
+    };
     let started = Instant::now();
     let mut runs = Vec::new();
     let mut result = Ok(());
+    let mut interrupted = None;
     'runs: for (i, run) in ctx.scenario.runs().iter().enumerate() {
         let mut boot_failures: Vec<String> = Vec::new();
         let mut discarded: Vec<Discarded> = Vec::new();
         let mut boots_failed = 0;
         // Log files are numbered by attempt (boot failures and re-runs alike).
         for attempt in 1.. {
+            if ctx.interrupt.requested() {
+                interrupted = Some(ctx.interrupt.signal_name());
+                break 'runs;
+            }
             match run_one(&ctx, &emu, &backend, run, i, attempt) {
                 Ok(mut v) => {
                     v.boot_attempts = boots_failed + 1;
@@ -240,6 +301,11 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
                     v.discarded = discarded;
                     runs.push(v);
                     continue 'runs;
+                }
+                Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+                    log::warn!("scenario {}, run {:?}: {e}; its QEMU was stopped", ctx.scenario.name, run.label);
+                    interrupted = Some(ctx.interrupt.signal_name());
+                    break 'runs;
                 }
                 Err(e) if boots_failed + 1 < BOOT_ATTEMPTS && e.downcast_ref::<BootFailed>().is_some() => {
                     let first = e.to_string().lines().next().unwrap_or_default().to_string();
@@ -291,5 +357,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         wall_s: started.elapsed().as_secs_f64(),
         backend: BackendSummary { connections: counters.connections, protocol_errors: counters.protocol_errors },
         runs,
+        complete: interrupted.is_none(),
+        interrupted,
     })
 }

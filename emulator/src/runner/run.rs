@@ -262,6 +262,11 @@ pub(crate) fn run_one(
     }
     load.chosen_pps = load.requested_pps;
     loop {
+        if ctx.interrupt.requested() {
+            // Dropping `q` kills this run's QEMU.
+            let _ = partner.stop();
+            return Err(super::Interrupted(ctx.interrupt.signal_name()).into());
+        }
         if traffic_started.is_none() && Instant::now() > boot_deadline {
             return Err(run_failed(
                 &q,
