@@ -37,72 +37,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-say() { printf '[e2e-tap] %s\n' "$*"; }
-fail() { printf '[e2e-tap] FAIL: %s\n' "$*" >&2; exit 1; }
-
-[ "$(id -u)" = 0 ] || fail "needs root (network namespace, tap device)"
-[ -c /dev/net/tun ] || fail "/dev/net/tun missing (modprobe tun)"
-command -v python3 >/dev/null || fail "python3 missing"
-ENVF=$REPO/.cache/kernels.env
-[ -f "$ENVF" ] || fail "$ENVF missing: run guest-tests/provision.sh first"
-# shellcheck disable=SC1090
-. "$ENVF"
-case "$KERNEL_NAME" in
-    debian-6.12) KERNEL=$KERNEL_6_12 KREL=$KREL_6_12 ;;
-    debian-6.1) KERNEL=$KERNEL_6_1 KREL=$KREL_6_1 ;;
-    *) fail "--kernel must be debian-6.12 or debian-6.1" ;;
-esac
-QEMU=${QEMU_BIN:-$QEMU}
-[ -x "$QEMU" ] || fail "QEMU $QEMU not found: run guest-tests/provision.sh"
-[ -f "$KERNEL" ] || fail "kernel $KERNEL not found: run guest-tests/provision.sh"
-QMAJ=$("$QEMU" --version | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -n1)
-[ "${QMAJ:-0}" -ge 10 ] || fail "$QEMU is version $QMAJ; vhost-user + MSI-X under TCG needs QEMU >= 10 (bookworm-backports)"
-
-ARFSNIC=${ARFSNIC:-$REPO/target/release/arfsnic}
-if [ ! -x "$ARFSNIC" ]; then
-    say "building $ARFSNIC (cargo build --release)"
-    (cd "$REPO" && cargo build --release --bin arfsnic) || fail "cargo build failed"
-fi
+E2E_TAG=e2e-tap
+# shellcheck source=guest-tests/e2e/lib.sh
+. "$HERE/lib.sh"
+e2e_env "$KERNEL_NAME"
 
 OUTDIR=${OUTDIR:-$REPO/.cache/e2e/tap}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-rm -f "$OUTDIR"/{serial.log,serve.log,qemu.stderr,client.json,guest.json,vhost.sock}
-
-# Pick a free namespace / tap name pair (several runs may share a machine).
-NN=""
-for ((k = 0; k < 100; k++)); do
-    c=$(printf '%02d' $(( ($$ + k) % 100 )))
-    if ! ip netns list | grep -qw "arfsnic-tap$c" && ! ip link show "arfstap$c" >/dev/null 2>&1; then
-        NN=$c; break
-    fi
-done
-[ -n "$NN" ] || fail "no free arfsnic-tapNN namespace name"
-NS=arfsnic-tap$NN
-TAP=arfstap$NN
-SOCK=$OUTDIR/vhost.sock
-SERVE_PID="" QEMU_PID="" NS_MADE=0
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$QEMU_PID" ] && kill -0 "$QEMU_PID" 2>/dev/null; then
-        kill "$QEMU_PID" 2>/dev/null || true
-        for ((i = 0; i < 50; i++)); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$QEMU_PID" 2>/dev/null || true
-    fi
-    if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then
-        kill "$SERVE_PID" 2>/dev/null || true
-        for ((i = 0; i < 50; i++)); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$SERVE_PID" 2>/dev/null || true
-    fi
-    [ "$NS_MADE" = 0 ] || ip netns del "$NS" 2>/dev/null || true
-    rm -f "$SOCK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+rm -f "$OUTDIR"/{serial.log,serial.log.stderr,serve.log,client.json,guest.json,vhost.sock}
+e2e_traps
 
 # 1. The guest image (existing script: busybox, arfs-echo, virtio modules, init).
 INITRD=$OUTDIR/initramfs.cpio.gz
@@ -110,59 +54,20 @@ say "building the initramfs for $KREL"
 bash "$REPO/guest-tests/image/build-initramfs.sh" "$KREL" "$INITRD" >"$OUTDIR/initramfs.log" 2>&1 \
     || { tail -n 20 "$OUTDIR/initramfs.log" >&2; fail "build-initramfs.sh failed"; }
 
-# 2. Namespace and backend. The backend creates the tap in this namespace; we move it.
-ip netns add "$NS"
-NS_MADE=1
-ip netns exec "$NS" ip link set lo up
-say "namespace $NS, tap $TAP, backend $ARFSNIC"
-RUST_LOG=${RUST_LOG:-info} "$ARFSNIC" serve --socket "$SOCK" --profile "$REPO/configs/mlx5-cx6.toml" \
-    --queues 2 --tap "$TAP" --connections 1 >"$OUTDIR/serve.log" 2>&1 &
-SERVE_PID=$!
-# The backend opens the tap once per queue (TUNSETIFF by name): move it only after both queues
-# are attached, or a later TUNSETIFF would create a second tap of that name here.
-tap_queues() { ls -d /sys/class/net/"$TAP"/queues/rx-* 2>/dev/null | wc -l; }
-for ((i = 0; i < 100; i++)); do
-    [ -S "$SOCK" ] && [ "$(tap_queues)" -ge 2 ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || { cat "$OUTDIR/serve.log" >&2; fail "arfsnic serve exited early"; }
-    sleep 0.1
-done
-[ -S "$SOCK" ] || { cat "$OUTDIR/serve.log" >&2; fail "no vhost-user socket after 10 s"; }
-[ "$(tap_queues)" -ge 2 ] || { cat "$OUTDIR/serve.log" >&2; fail "tap $TAP not created with 2 queues"; }
-sleep 0.2
-ip link set "$TAP" netns "$NS" || fail "cannot move $TAP into $NS"
-ip netns exec "$NS" ip addr add 10.98.0.1/24 dev "$TAP"
-ip netns exec "$NS" ip link set "$TAP" up
+# 2. Namespace and backend.
+serve_start "$OUTDIR" 2 --connections 1
 
-# 3. QEMU, command line as emulator/src/runner/qemu.rs builds it.
-MAC=52:54:00:12:34:56
+# 3. QEMU.
 APPEND="console=ttyS0 quiet panic=-1 arfs.ip=10.98.0.2/24 arfs.peer=10.98.0.1 arfs.flows=$FLOWS"
 APPEND+=" arfs.base_port=7000 arfs.peer_base_port=9000 arfs.duration=$DURATION arfs.wait_link=30"
 LOG=$OUTDIR/serial.log
-: >"$LOG"
 T0=$(date +%s.%N)
-"$QEMU" -nodefaults -nographic -no-reboot -accel tcg -machine q35,memory-backend=mem -cpu max \
-    -smp "$SMP" -m 512M -object memory-backend-memfd,id=mem,size=512M,share=on \
-    -chardev "socket,id=c0,path=$SOCK" -netdev vhost-user,id=n0,chardev=c0,queues=2 \
-    -device "virtio-net-pci,netdev=n0,mq=on,vectors=6,mac=$MAC" \
-    -kernel "$KERNEL" -initrd "$INITRD" -append "$APPEND" -serial stdio \
-    </dev/null >"$LOG" 2>"$OUTDIR/qemu.stderr" &
-QEMU_PID=$!
+qemu_start 2 "$SMP" "$INITRD" "$APPEND" "$LOG" -no-reboot
 say "QEMU $QMAJ (pid $QEMU_PID) booting $KREL, serial log $LOG"
 
 # 4. Wait for the echo server (TCG boot: seconds to a minute on a busy machine).
-for ((i = 0; i < 1800; i++)); do
-    grep -q 'arfs-echo: ready' "$LOG" && break
-    grep -q 'ARFSNIC-GUEST-ERROR' "$LOG" && break
-    kill -0 "$QEMU_PID" 2>/dev/null || break
-    sleep 0.1
-done
-if ! grep -q 'arfs-echo: ready' "$LOG"; then
-    tail -n 40 "$LOG" >&2
-    cat "$OUTDIR/qemu.stderr" >&2
-    tail -n 20 "$OUTDIR/serve.log" >&2
-    fail "guest did not reach 'arfs-echo: ready'"
-fi
-grep -q 'falling back on userspace virtio' "$OUTDIR/qemu.stderr" \
+wait_console "$LOG" 'arfs-echo: ready' 1 180
+grep -q 'falling back on userspace virtio' "$LOG.stderr" \
     && fail "QEMU fell back to userspace virtio: the backend never sees traffic"
 T_READY=$(date +%s.%N)
 
