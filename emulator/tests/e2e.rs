@@ -127,3 +127,78 @@ fn tap_mode_reaches_guest_echo_server() {
     assert!(o.status.success(), "guest-tests/e2e/tap.sh failed ({}):\n{out}\n{err}", o.status);
     assert!(out.contains("[e2e-tap] PASS"), "{out}");
 }
+
+/// SIGTERM in the middle of a scenario's second run: the first run's numbers are kept in
+/// a report marked incomplete, the QEMU of the second run is gone, the socket directory
+/// removed, and the exit status is the shell's for SIGTERM.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn sigterm_during_a_run_writes_a_partial_report() {
+    let logdir = root().join(".cache/e2e/sigterm");
+    let _ = std::fs::remove_dir_all(&logdir);
+    std::fs::create_dir_all(&logdir).unwrap();
+    let scen = logdir.join("scenario-sigterm.toml");
+    let t = smoke_toml().replace("duration_s = 10", "duration_s = 3")
+        + "\n[[runs]]\nlabel = \"first\"\n\n[[runs]]\nlabel = \"second\"\n";
+    std::fs::write(&scen, t).unwrap();
+    let out = logdir.join("report.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--accel", "tcg", "--scenario"])
+        .arg(&scen)
+        .arg("--json")
+        .arg(&out)
+        .arg("--logdir")
+        .arg(&logdir)
+        .current_dir(root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second run's QEMU writes its command line before it starts; signal once its
+    // console shows the guest booting.
+    let serial = logdir.join("01-second.serial.log");
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&serial).map_or(true, |m| m.len() < 200) {
+        assert!(t0.elapsed().as_secs() < 300, "the second run never started booting");
+        assert!(child.try_wait().unwrap().is_none(), "arfsnic run ended before the second run");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let cmdline = std::fs::read_to_string(logdir.join("01-second.qemu-cmdline")).unwrap();
+    let sock = cmdline.split("path=").nth(1).and_then(|s| s.split([',', ' ', '\'']).next()).unwrap().to_string();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let st = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(143), "exit status for SIGTERM: {err}");
+    assert!(err.contains("interrupted by SIGTERM"), "{err}");
+    let r = arfsnic::report::Report::load(&out, "report").unwrap();
+    assert!(!r.complete);
+    assert_eq!(r.interrupted.as_deref(), Some("SIGTERM"));
+    assert_eq!(r.runs.len(), 1, "only the finished run");
+    assert_eq!(r.runs[0].label, "first");
+    let sockdir = std::path::Path::new(&sock).parent().unwrap().to_path_buf();
+    assert!(!sockdir.exists(), "socket directory {} removed", sockdir.display());
+    let qemu_left = Command::new("pgrep").args(["-f", &sock]).output().unwrap();
+    assert!(qemu_left.stdout.is_empty(), "a QEMU on {sock} survived: {}", String::from_utf8_lossy(&qemu_left.stdout));
+}
+
+/// The soak at CI size (issue 16): one `arfsnic serve` through 5 cycles each of QEMU
+/// kill -9, guest reboot with module reload, ethtool -L and frontends dying mid-message,
+/// plus the forged-control-frame check; fds/threads flat, VmRSS growth < 5 MB.
+#[test]
+#[ignore = "needs root, QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn soak_on_one_backend() {
+    let o = Command::new("bash")
+        .arg(root().join("guest-tests/soak.sh"))
+        .args(["--cycles", "5", "--out"])
+        .arg(root().join(".cache/e2e/soak"))
+        .env("ARFSNIC", env!("CARGO_BIN_EXE_arfsnic"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{out}");
+    assert!(o.status.success(), "guest-tests/soak.sh failed ({}):\n{out}\n{err}", o.status);
+    assert!(out.contains("[soak] PASS"), "{out}");
+}
