@@ -1,9 +1,9 @@
 //! Building and running the QEMU command line for a guest on the emulated NIC.
 
 use anyhow::{bail, Context};
-use crossbeam_channel::{unbounded, Receiver};
+use crossbeam_channel::{bounded, Receiver};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -103,6 +103,13 @@ pub struct QemuProcess {
     pub started: Instant,
 }
 
+/// Longest console line handed to the run loop; longer ones arrive in pieces.
+pub const MAX_SERIAL_LINE: usize = 64 * 1024;
+/// Console lines waiting for the run loop.
+pub const SERIAL_BACKLOG: usize = 4096;
+/// Size at which a run's serial log file stops growing.
+pub const MAX_SERIAL_LOG: usize = 64 << 20;
+
 impl QemuProcess {
     pub fn spawn(spec: &QemuSpec, logdir: &Path, tag: &str) -> anyhow::Result<QemuProcess> {
         let serial_log = logdir.join(format!("{tag}.serial.log"));
@@ -115,17 +122,28 @@ impl QemuProcess {
             .spawn()
             .with_context(|| format!("starting {}", spec.binary.display()))?;
         let out = child.stdout.take().context("QEMU stdout")?;
-        let (tx, rx) = unbounded();
+        // Bounded everywhere the guest controls the size (docs/security.md): lines are cut
+        // at MAX_SERIAL_LINE bytes, at most SERIAL_BACKLOG lines wait for the run loop (the
+        // reader, and so QEMU's console, waits when it lags), and the log file stops
+        // growing at MAX_SERIAL_LOG bytes.
+        let (tx, rx) = bounded(SERIAL_BACKLOG);
         let mut log = File::create(&serial_log)?;
         std::thread::Builder::new().name("qemu-serial".into()).spawn(move || {
             let mut r = BufReader::new(out);
             let mut buf = Vec::new();
+            let mut logged = 0usize;
             loop {
                 buf.clear();
-                match r.read_until(b'\n', &mut buf) {
+                match Read::by_ref(&mut r).take(MAX_SERIAL_LINE as u64).read_until(b'\n', &mut buf) {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let _ = log.write_all(&buf);
+                    Ok(n) => {
+                        if logged < MAX_SERIAL_LOG {
+                            let _ = log.write_all(&buf);
+                            logged += n;
+                            if logged >= MAX_SERIAL_LOG {
+                                let _ = writeln!(log, "\n[arfsnic: serial log cut at {MAX_SERIAL_LOG} bytes]");
+                            }
+                        }
                         let line = String::from_utf8_lossy(&buf).trim_end_matches(['\r', '\n']).to_string();
                         if tx.send(line).is_err() {
                             break;

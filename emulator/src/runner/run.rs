@@ -23,6 +23,9 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Largest guest JSON block accepted (docs/security.md): the guest controls its size.
+pub const MAX_GUEST_JSON: usize = 16 << 20;
+
 fn append_line(s: &Scenario, run: &Run) -> String {
     let g = &s.guest;
     let sysctls: Vec<String> = s.sysctls_for(run).iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -318,6 +321,13 @@ pub(crate) fn run_one(
                     in_json = false;
                     got_json = true;
                 } else if in_json {
+                    if guest_json.len() + line.len() >= MAX_GUEST_JSON {
+                        let _ = partner.stop();
+                        return Err(fail_with_tail(
+                            &q,
+                            &format!("the guest's JSON block exceeds {} MiB", MAX_GUEST_JSON >> 20),
+                        ));
+                    }
                     guest_json.push_str(&line);
                     guest_json.push('\n');
                 } else if line.contains("arfs-echo: ready") && traffic_started.is_none() {
