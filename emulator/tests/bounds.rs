@@ -17,6 +17,7 @@ fn memory_is_flat_under_flow_churn() {
             assert!(s.pending <= p.engine.queue_depth, "{s:?}");
         }
         let last = samples.last().unwrap();
+        assert_eq!(last.flows, 200_000);
         if step == churn_driver::HEALTHY_STEP_NS {
             assert_eq!(last.adds_rejected, 0, "a healthy engine keeps up: {samples:?}");
         } else {
