@@ -7,10 +7,12 @@
 //! adapter) and [`traffic`] (link partner, tap) → [`report`]'s [`report::schema`] (the
 //! typed run report) → [`runner`] (scenarios, QEMU, one run, the demo) → the rest of
 //! [`report`] (tables, chart, compare) and [`cli`]. docs/architecture.md draws it.
+//! [`sync`] and [`ratelimit`] import nothing of the crate and serve every layer.
 
 pub mod cli;
 pub mod device;
 pub mod model;
+pub mod ratelimit;
 pub mod report;
 pub mod runner;
 pub mod sync;

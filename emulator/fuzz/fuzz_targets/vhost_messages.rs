@@ -7,8 +7,8 @@
 //! played on a fresh connection followed by one complete GET_FEATURES, the data path is nudged (a kick on every vring, one frame
 //! delivered to each RX queue), the connection is closed, and a new connection must get an
 //! answer to GET_FEATURES; every 16th input it must also complete QEMU's whole start-up
-//! (`Frontend::qemu_startup`) and shutdown. The next connection is always opened before the
-//! previous one closes, so the backend never sleeps in its accept loop.
+//! (`Frontend::qemu_startup`) and shutdown. Each connection is opened before the previous one
+//! closes, so the backend never sleeps in its accept loop.
 //!
 //! Input: records until the end (little-endian, missing bytes read as 0):
 //! ```text
@@ -143,6 +143,10 @@ fuzz_target!(|data: &[u8]| {
     let n = w.inputs.fetch_add(1, Relaxed);
     w.guest.mem().write_slice(&ZEROS, GuestAddress(0)).expect("zero guest memory");
     let fe = w.next.lock().unwrap().take().unwrap_or_else(|| connect(w));
+    // The checking connection waits in the backlog from the start: if the backend drops
+    // the fuzzed connection early, it accepts this one at once instead of sleeping in its
+    // accept loop.
+    let mut check = connect(w);
 
     let mut c = Cursor(data);
     let mut open = true;
@@ -208,9 +212,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = w.rx.deliver(pair, &FRAME);
     }
 
-    // The backend must still serve: the next connection waits in the backlog while the
-    // fuzzed one closes, then gets its answers.
-    let mut check = connect(w);
+    // The backend must still serve: the checking connection gets its answers once the
+    // fuzzed one is closed.
     drop(fe);
     if let Err(e) = check.barrier() {
         panic!("backend stopped serving after a fuzzed connection: {e}");

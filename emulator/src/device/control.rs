@@ -375,7 +375,9 @@ impl ControlRuntime {
     fn reply_bad(g: &mut Inner, pair: u16, src: [u8; 6], e: &DecodeError, kind: &'static str, out: &mut Vec<Outgoing>) {
         g.frames.bad += 1;
         *g.frames.bad_by_kind.entry(Cow::Borrowed(kind)).or_default() += 1;
-        log::debug!("control: pair {pair}: {kind}: {e}");
+        crate::warn_ratelimited!(
+            "control: pair {pair}: malformed request dropped ({kind}, counted in bad_by_kind): {e}"
+        );
         let (Some(h), Some(status)) = (e.header(), e.errno()) else { return };
         if no_reply(h) {
             g.frames.completions_suppressed += 1;

@@ -95,6 +95,9 @@ impl ToGuest for EmulatedNic {
     fn to_guest(&self, frame: &[u8]) -> Delivery {
         if is_spoofed_control(frame) {
             self.counters.rx_spoofed_dropped.fetch_add(1, Relaxed);
+            crate::warn_ratelimited!(
+                "device: wire frame that could pass for a control frame dropped (counted in rx_spoofed_dropped)"
+            );
             return Delivery { queue: None, delivered: false, filter: None };
         }
         let Ok((_, d)) = self.nic.classify_frame(frame, self.clock.now_ns()) else {

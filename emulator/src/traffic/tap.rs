@@ -337,11 +337,15 @@ impl Reader {
         }
         if data.len() < VNET_HDR_LEN + 14 {
             self.counters.read_errors.fetch_add(1, Relaxed);
+            crate::warn_ratelimited!("tap: frame shorter than an Ethernet header dropped (counted in read_errors)");
             return;
         }
         let (hdr, frame) = data.split_at_mut(VNET_HDR_LEN);
         if hdr[1] & 0x7f != VIRTIO_NET_HDR_GSO_NONE {
             self.counters.gso_dropped.fetch_add(1, Relaxed);
+            crate::warn_ratelimited!(
+                "tap: GSO frame dropped (counted in gso_dropped; turn off GSO/TSO on the tap's peer)"
+            );
             return;
         }
         if hdr[0] & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
@@ -349,6 +353,9 @@ impl Reader {
             let off = usize::from(u16::from_le_bytes([hdr[8], hdr[9]]));
             if !complete_checksum(frame, start, off) {
                 self.counters.read_errors.fetch_add(1, Relaxed);
+                crate::warn_ratelimited!(
+                    "tap: frame with checksum offsets outside it dropped (counted in read_errors)"
+                );
                 return;
             }
             self.counters.csum_completed.fetch_add(1, Relaxed);

@@ -415,7 +415,7 @@ impl Device {
 
     fn desc_error(&self, pair: u16, e: RingError) -> RxError {
         self.count(pair).desc_errors.fetch_add(1, Ordering::Relaxed);
-        log::debug!("vhost: pair {pair}: RX ring error: {e}");
+        crate::warn_ratelimited!("vhost: pair {pair}: RX ring error (counted in desc_errors): {e}");
         RxError::Memory(e.to_string())
     }
 
@@ -450,7 +450,7 @@ impl Device {
                 Ok(n) => n,
                 Err(e) => {
                     c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                    log::debug!("vhost: pair {pair}: TX ring error: {e}");
+                    crate::warn_ratelimited!("vhost: pair {pair}: TX ring error (counted in desc_errors): {e}");
                     return;
                 }
             };
@@ -499,7 +499,7 @@ impl Device {
                         }
                     }
                     Err(e) => {
-                        log::debug!("vhost: pair {pair}: bad TX chain: {e}");
+                        crate::warn_ratelimited!("vhost: pair {pair}: bad TX chain (counted in desc_errors): {e}");
                         c.desc_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
