@@ -104,12 +104,15 @@ tap_queues() { ls -d /sys/class/net/"$TAP"/queues/rx-* 2>/dev/null | wc -l; }
 GUEST_MAC=52:54:00:12:34:56
 
 # qemu_start QUEUES SMP INITRD APPEND LOG [qemu args...]: QEMU 10 on $SOCK, as
-# emulator/src/runner/qemu.rs builds its command line. Sets QEMU_PID.
+# emulator/src/runner/qemu.rs builds its command line, with single-threaded TCG (what
+# `vm.tcg_threads = "auto"` picks on a 2-core host: with multi-threaded TCG and a busy host
+# a guest sometimes hangs in early boot with "rcu_preempt kthread timer wakeup didn't
+# happen" on an idle vCPU, seen once in 14 soak boots). Sets QEMU_PID.
 qemu_start() {
     local queues=$1 smp=$2 initrd=$3 append=$4 log=$5
     shift 5
     : >"$log"
-    "$QEMU" -nodefaults -nographic -accel tcg -machine q35,memory-backend=mem -cpu max \
+    "$QEMU" -nodefaults -nographic -accel tcg,thread=single -machine q35,memory-backend=mem -cpu max \
         -smp "$smp" -m 512M -object memory-backend-memfd,id=mem,size=512M,share=on \
         -chardev "socket,id=c0,path=$SOCK" -netdev "vhost-user,id=n0,chardev=c0,queues=$queues" \
         -device "virtio-net-pci,netdev=n0,mq=on,vectors=$((2 * queues + 2)),mac=$GUEST_MAC" \
