@@ -185,6 +185,13 @@ impl Report {
     /// Reduce a run report to its metrics; `source` names it in messages. Errors: a run
     /// label that appears twice (runs are matched by label).
     pub fn from_report(r: &schema::Report, source: &str) -> Result<Report, String> {
+        if !r.complete {
+            return Err(format!(
+                "{source}: the scenario was interrupted ({}) and the report holds only the runs that finished; \
+                 compare a complete run",
+                r.interrupted.as_deref().unwrap_or("complete = false")
+            ));
+        }
         let mut runs: Vec<RunValues> = Vec::with_capacity(r.runs.len());
         for run in &r.runs {
             if let Some(h) = run.health.as_ref().filter(|h| h.verdict == schema::Verdict::Invalid) {
@@ -477,6 +484,19 @@ mod tests {
         // degraded runs are compared
         bad["runs"][1]["health"]["verdict"] = json!("degraded");
         assert!(compare_values(&ok, &bad, 10.0).unwrap().passed());
+    }
+
+    #[test]
+    fn an_interrupted_report_is_refused_and_old_reports_are_complete() {
+        let ok = report(vec![run("sysctl=0", 680.0)]);
+        let mut cut = ok.clone();
+        cut["complete"] = json!(false);
+        cut["interrupted"] = json!("SIGINT");
+        let e = compare_values(&ok, &cut, 10.0).unwrap_err().to_string();
+        assert!(e.contains("interrupted (SIGINT)"), "{e}");
+        let mut old = ok.clone();
+        old.as_object_mut().unwrap().remove("complete");
+        assert!(compare_values(&old, &ok, 10.0).unwrap().passed(), "a report without the field is complete");
     }
 
     #[test]
