@@ -275,6 +275,9 @@ check(gs.get("rx_events") == st["control_frames"]["events_sent"],
       f"guest events {gs.get('rx_events')} = events the device sent {st['control_frames']['events_sent']}")
 check(gs.get("rx_drop_seq", 1) == 0 and gs.get("rx_drop_src_mac", 1) == 0,
       f"guest dropped no unmatched completions ({gs.get('rx_drop_seq')}) and no frames from a wrong source ({gs.get('rx_drop_src_mac')})")
+eth = g.get("ethtool_s_after") or {}
+check(eth.get("dev_rx_spoofed_dropped") == dropped,
+      f"guest ethtool -S dev_rx_spoofed_dropped {eth.get('dev_rx_spoofed_dropped')} = {dropped} (the device's count, via DEV_STATS)")
 check(installed == st["filter"]["rules_now"] and installed > 0,
       f"guest rule table: {installed} installed rules = {st['filter']['rules_now']} in the device's table")
 json.dump({"forged_sent": sent, "dropped": dropped, "guest_rules_installed": installed,

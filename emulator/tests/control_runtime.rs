@@ -671,3 +671,28 @@ fn a_command_in_flight_at_a_reset_never_lands() {
     assert!(!r.rt.table().contains_id(1), "the old driver's ADD completed on the fresh device");
     assert_eq!(r.rt.snapshot().filter.adds, 0);
 }
+
+#[test]
+fn dev_stats_answers_at_once_with_the_counters_since_the_reset() {
+    use arfsnic::wire::control::dev_counter as c;
+    let p = profile(SHARED_1K);
+    let r = rig(&p, 2);
+    for id in [1, 2] {
+        r.call(1, id, &add(id, 1, key(id)));
+    }
+    let dev_stats = |seq: u32| -> std::collections::BTreeMap<u16, u64> {
+        let (_, m) = r.call(0, seq, &Request::DevStats);
+        assert_eq!(m.status, 0);
+        assert_eq!((m.enqueue_ns, m.start_ns), (m.finish_ns, m.finish_ns), "answered at once");
+        let CompletionBody::DevStats(e) = m.body else { panic!("DEV_STATS body: {:?}", m.body) };
+        e.into_iter().collect()
+    };
+    let s = dev_stats(10);
+    assert_eq!(s.len(), wire::DEV_STATS_MAX_ENTRIES.min(11));
+    assert_eq!((s[&c::FILTER_ADDS], s[&c::FILTER_RULES], s[&c::CTRL_REQUESTS]), (2, 2, 3));
+    assert_eq!(s[&c::RX_SPOOFED_DROPPED], 0, "a sink without a data path reports zeros");
+    assert_eq!(r.rt.snapshot().frames.requests.get("dev_stats"), Some(&1));
+    r.rt.reset();
+    let s = dev_stats(11);
+    assert_eq!((s[&c::FILTER_ADDS], s[&c::FILTER_RULES], s[&c::CTRL_REQUESTS]), (0, 0, 1));
+}

@@ -35,6 +35,7 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u32>().prop_map(|filter_id| Request::Del { filter_id }),
         any::<u32>().prop_map(|filter_id| Request::Query { filter_id }),
         prop::collection::vec((any::<u16>(), any::<u64>()), 0..90).prop_map(Request::Stats),
+        Just(Request::DevStats),
     ]
 }
 
@@ -45,12 +46,15 @@ fn completion() -> impl Strategy<Value = CompletionMsg> {
             CompletionBody::Caps(Caps { queue_pairs: q, layout: l, capacity: c, profile: n })
         }),
         (any::<u16>(), any::<u64>()).prop_map(|(rxq, hits)| CompletionBody::Query { rxq, hits }),
+        prop::collection::vec((any::<u16>(), any::<u64>()), 0..=wire::DEV_STATS_MAX_ENTRIES)
+            .prop_map(CompletionBody::DevStats),
     ];
     (1u8..8, any::<u32>(), any::<u16>(), any::<[u64; 3]>(), body).prop_map(|(op, seq, status, t, body)| {
         // The op-specific part belongs to its op.
         let op = match &body {
             CompletionBody::Caps(_) => wire::op::HELLO,
             CompletionBody::Query { .. } => wire::op::QUERY,
+            CompletionBody::DevStats(_) => wire::op::DEV_STATS,
             CompletionBody::None => op,
         };
         CompletionMsg { req_op: op, seq, status, enqueue_ns: t[0], start_ns: t[1], finish_ns: t[2], body }

@@ -10,8 +10,9 @@
 
 use arfsnic::model::errno;
 use arfsnic::wire::control::{
-    self as wire, counter, decode_device_frame, decode_request, encode_completion, encode_event, encode_request, op,
-    AddRequest, Caps, CompletionBody, CompletionMsg, CounterId, DeviceMsg, EventMsg, Header, Request,
+    self as wire, counter, decode_device_frame, decode_request, dev_counter, encode_completion, encode_event,
+    encode_request, op, AddRequest, Caps, CompletionBody, CompletionMsg, CounterId, DeviceMsg, EventMsg, Header,
+    Request,
 };
 use arfsnic::wire::{FlowKey, L4Proto, CONTROL_ETHERTYPE};
 use std::cell::RefCell;
@@ -163,6 +164,23 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
         ("ARFS_OP_FLUSH", "op::FLUSH", u64::from(op::FLUSH)),
         ("ARFS_OP_STATS", "op::STATS", u64::from(op::STATS)),
         ("ARFS_OP_QUERY", "op::QUERY", u64::from(op::QUERY)),
+        ("ARFS_OP_DEV_STATS", "op::DEV_STATS", u64::from(op::DEV_STATS)),
+        ("ARFS_DEV_STATS_MAX_ENTRIES", "DEV_STATS_MAX_ENTRIES", z(wire::DEV_STATS_MAX_ENTRIES)),
+        (
+            "ARFS_DEV_CTR_RX_SPOOFED_DROPPED",
+            "dev_counter::RX_SPOOFED_DROPPED",
+            u64::from(dev_counter::RX_SPOOFED_DROPPED),
+        ),
+        ("ARFS_DEV_CTR_CTRL_REQUESTS", "dev_counter::CTRL_REQUESTS", u64::from(dev_counter::CTRL_REQUESTS)),
+        ("ARFS_DEV_CTR_CTRL_BAD", "dev_counter::CTRL_BAD", u64::from(dev_counter::CTRL_BAD)),
+        ("ARFS_DEV_CTR_FILTER_ADDS", "dev_counter::FILTER_ADDS", u64::from(dev_counter::FILTER_ADDS)),
+        ("ARFS_DEV_CTR_FILTER_MODS", "dev_counter::FILTER_MODS", u64::from(dev_counter::FILTER_MODS)),
+        ("ARFS_DEV_CTR_FILTER_DELS", "dev_counter::FILTER_DELS", u64::from(dev_counter::FILTER_DELS)),
+        ("ARFS_DEV_CTR_FILTER_REJECTS", "dev_counter::FILTER_REJECTS", u64::from(dev_counter::FILTER_REJECTS)),
+        ("ARFS_DEV_CTR_FILTER_RULES", "dev_counter::FILTER_RULES", u64::from(dev_counter::FILTER_RULES)),
+        ("ARFS_DEV_CTR_EVENTS_SENT", "dev_counter::EVENTS_SENT", u64::from(dev_counter::EVENTS_SENT)),
+        ("ARFS_DEV_CTR_RX_PACKETS", "dev_counter::RX_PACKETS", u64::from(dev_counter::RX_PACKETS)),
+        ("ARFS_DEV_CTR_RX_NOT_READY", "dev_counter::RX_NOT_READY", u64::from(dev_counter::RX_NOT_READY)),
         ("ARFS_OP_COMPLETION", "op::COMPLETION", u64::from(op::COMPLETION)),
         ("ARFS_EV_RULE_AGED", "op::EV_RULE_AGED", u64::from(op::EV_RULE_AGED)),
         ("ARFS_EV_TABLE_FLUSHED", "op::EV_TABLE_FLUSHED", u64::from(op::EV_TABLE_FLUSHED)),
@@ -244,6 +262,22 @@ fn check_counter_ids(p: &Proto) {
         CounterId::Unknown(nr),
         "ARFS_CTR_NR = {nr} is \"one past the last named id\", but the codec names it"
     );
+
+    // The device's counters are exactly 1 .. ARFS_DEV_CTR_NR - 1, each with a name.
+    let nr = p.val::<u16>("ARFS_DEV_CTR_NR");
+    let mut ids: Vec<u64> =
+        p.names("ARFS_DEV_CTR_").iter().filter(|n| *n != "ARFS_DEV_CTR_NR").map(|n| p.get(n)).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..u64::from(nr)).collect::<Vec<_>>(),
+        "ARFS_DEV_CTR_* ids are not exactly 1 .. ARFS_DEV_CTR_NR - 1"
+    );
+    for id in 1..nr {
+        assert!(wire::dev_counter_name(id).is_some(), "device counter id {id} < ARFS_DEV_CTR_NR has no name");
+    }
+    assert_eq!(wire::dev_counter_name(nr), None, "ARFS_DEV_CTR_NR = {nr}: the codec names it");
+    assert!(usize::from(nr) - 1 <= wire::DEV_STATS_MAX_ENTRIES, "every device counter fits one DEV_STATS reply");
 
     let base = p.val::<u16>("ARFS_HIST_ID_BASE");
     let buckets = p.val::<u16>("ARFS_HIST_BUCKETS");
@@ -524,7 +558,11 @@ fn check_request_layout(p: &Proto) {
     tiles(p, what, 0, &[("ARFS_QUERY_OFF_FILTER_ID", 4)], p.off("ARFS_QUERY_BODY_LEN"), "ARFS_QUERY_BODY_LEN");
     body_len(&request_header(&f), what, p.off("ARFS_QUERY_BODY_LEN"), "ARFS_QUERY_BODY_LEN");
 
-    for (req, name) in [(Request::Hello, "ARFS_HELLO_BODY_LEN"), (Request::Flush, "ARFS_FLUSH_BODY_LEN")] {
+    for (req, name) in [
+        (Request::Hello, "ARFS_HELLO_BODY_LEN"),
+        (Request::Flush, "ARFS_FLUSH_BODY_LEN"),
+        (Request::DevStats, "ARFS_DEV_STATS_BODY_LEN"),
+    ] {
         let f = encode_request(GUEST, 5, &req);
         body_len(&request_header(&f), &format!("{req} request"), p.off(name), name);
     }
@@ -627,6 +665,24 @@ fn check_completion_layout(p: &Proto) {
     let reply_len = p.off("ARFS_QUERY_REPLY_LEN");
     tiles(p, what, ts_len, &fields, ts_len + reply_len, "ARFS_TS_LEN + ARFS_QUERY_REPLY_LEN");
     body_len(&device_header(&f), what, ts_len + reply_len, "ARFS_TS_LEN + ARFS_QUERY_REPLY_LEN");
+
+    let what = "DEV_STATS completion";
+    let entries = vec![(dev_counter::RX_SPOOFED_DROPPED, 0x0102_0304_0506_0708), (dev_counter::RX_NOT_READY, 9)];
+    let f = encode_completion(GUEST, &completion(op::DEV_STATS, 0, CompletionBody::DevStats(entries.clone())));
+    check_timestamps(p, what, &f);
+    let b = Region::body(p, what, &f);
+    b.uint("ARFS_DEV_STATS_OFF_COUNT", 2, entries.len() as u64);
+    b.zero("ARFS_DEV_STATS_OFF_PAD", 2);
+    let at = p.off("ARFS_DEV_STATS_OFF_ENTRIES");
+    let fields = [("ARFS_DEV_STATS_OFF_COUNT", 2), ("ARFS_DEV_STATS_OFF_PAD", 2)];
+    tiles(p, what, ts_len, &fields, at, "ARFS_DEV_STATS_OFF_ENTRIES");
+    let entry_len = p.off("ARFS_STATS_ENTRY_LEN");
+    for (k, &(id, value)) in entries.iter().enumerate() {
+        let e = b.at(at + k * entry_len);
+        e.uint("ARFS_STATS_ENTRY_OFF_ID", 2, u64::from(id));
+        e.uint("ARFS_STATS_ENTRY_OFF_VALUE", 8, value);
+    }
+    body_len(&device_header(&f), what, at + entries.len() * entry_len, "ARFS_DEV_STATS_OFF_ENTRIES + 2 entries");
 }
 
 fn check_event_layout(p: &Proto) {
@@ -765,6 +821,8 @@ fn check_built_requests(p: &Proto) {
 
     Built::new(p, "ARFS_OP_HELLO", 0x4a4b_4c4d, 0, 0, body("ARFS_HELLO_BODY_LEN")).decodes_to(Request::Hello);
     Built::new(p, "ARFS_OP_FLUSH", 0x5a5b_5c5d, 0, 0, body("ARFS_FLUSH_BODY_LEN")).decodes_to(Request::Flush);
+    Built::new(p, "ARFS_OP_DEV_STATS", 0x5c5d_5e5f, 0, 0, body("ARFS_DEV_STATS_BODY_LEN"))
+        .decodes_to(Request::DevStats);
 
     let entries = vec![(p.val::<u16>("ARFS_CTR_RULES_NOW"), 0x0102_0304_0506_0708), (0x0423, u64::MAX - 1)];
     let (hdr_len, entry_len) = (body("ARFS_STATS_HDR_LEN"), body("ARFS_STATS_ENTRY_LEN"));
@@ -822,6 +880,20 @@ fn check_built_device_frames(p: &Proto) {
     b.body("ARFS_QUERY_OFF_RXQ", 2, 0x0304).body("ARFS_QUERY_OFF_HITS", 8, 0x1020_3040_5060_7080);
     let want = CompletionBody::Query { rxq: 0x0304, hits: 0x1020_3040_5060_7080 };
     b.decodes_to_device(msg(p.val("ARFS_OP_QUERY"), 0x8a8b_8c8d, 0, want));
+
+    let op = "ARFS_OP_COMPLETION | ARFS_OP_DEV_STATS";
+    let entries = vec![(p.val::<u16>("ARFS_DEV_CTR_FILTER_RULES"), 0x0a0b_0c0d_0e0f_1011)];
+    let at = p.off("ARFS_DEV_STATS_OFF_ENTRIES");
+    let entry_len = p.off("ARFS_STATS_ENTRY_LEN");
+    let mut b = Built::new(p, op, 0x8c8d_8e8f, 0, 0, at + entries.len() * entry_len);
+    ts(&mut b);
+    b.body("ARFS_DEV_STATS_OFF_COUNT", 2, entries.len() as u64);
+    let entries_at = ETH_HDR + p.off("ARFS_HDR_LEN") + at;
+    for (k, &(id, value)) in entries.iter().enumerate() {
+        b.put(entries_at + k * entry_len, "ARFS_STATS_ENTRY_OFF_ID", 2, u64::from(id));
+        b.put(entries_at + k * entry_len, "ARFS_STATS_ENTRY_OFF_VALUE", 8, value);
+    }
+    b.decodes_to_device(msg(p.val("ARFS_OP_DEV_STATS"), 0x8c8d_8e8f, 0, CompletionBody::DevStats(entries)));
 
     // The largest status the module accepts still decodes as that status.
     let status = p.val::<u16>("ARFS_STATUS_MAX");

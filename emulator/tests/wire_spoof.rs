@@ -77,3 +77,41 @@ fn forged_control_frames_from_the_wire_are_dropped_and_counted() {
     assert!(nic.send_control(0, &event).is_ok());
     assert_eq!(rx.0.lock().unwrap().len(), 2);
 }
+
+/// The drop count reaches the guest: a DEV_STATS request answers with
+/// `rx_spoofed_dropped` since the last device reset (the module shows it in `ethtool -S`
+/// as `dev_rx_spoofed_dropped`).
+#[test]
+fn dev_stats_carries_the_spoof_count_since_the_reset() {
+    use arfsnic::device::{ControlRuntime, DeviceHooks, Schedule};
+    use arfsnic::wire::control::{dev_counter, CompletionBody, DeviceMsg, Request};
+    let p = Profile::parse("name = \"t\"\n[filter]\nlayout = \"shared\"\ncapacity = 1024\n").unwrap();
+    let nic = EmulatedNic::new(Arc::new(Nic::new(&p, 2).unwrap()), Clock::new());
+    let rx = Arc::new(Recorder::default());
+    nic.attach_rx(rx.clone());
+    let _rt = ControlRuntime::attach(&p, &nic, 2, Schedule::FromStart).unwrap();
+    let spoofed_seen_by_guest = |seq: u32| -> u64 {
+        rx.0.lock().unwrap().clear();
+        nic.on_tx(0, &control::encode_request(GUEST, seq, &Request::DevStats));
+        let frames = rx.0.lock().unwrap().clone();
+        let reply = frames.iter().find_map(|f| match control::decode_device_frame(f) {
+            Ok((_, DeviceMsg::Completion(c))) if c.seq == seq => Some(c),
+            _ => None,
+        });
+        let Some(CompletionBody::DevStats(e)) = reply.map(|c| c.body) else { panic!("no DEV_STATS reply: {frames:?}") };
+        e.iter().find(|(id, _)| *id == dev_counter::RX_SPOOFED_DROPPED).map(|x| x.1).unwrap()
+    };
+    nic.on_link(true);
+    let event = control::encode_event(GUEST, 0, &EventMsg::TableFlushed);
+    for _ in 0..3 {
+        nic.to_guest(&event);
+    }
+    assert_eq!(spoofed_seen_by_guest(1), 3);
+    nic.on_link(false);
+    nic.on_link(true);
+    assert_eq!(spoofed_seen_by_guest(2), 0, "a fresh device starts from 0");
+    nic.to_guest(&tagged(&event, 2));
+    assert_eq!(spoofed_seen_by_guest(3), 1);
+    assert_eq!(nic.counters.rx_spoofed_dropped.load(Relaxed), 4, "the process-wide count keeps growing");
+    nic.set_control(None);
+}

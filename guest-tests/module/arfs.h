@@ -17,6 +17,7 @@
 #include <linux/atomic.h>
 #include <linux/completion.h>
 #include <linux/list.h>
+#include <linux/ethtool.h>
 #include <linux/netdevice.h>
 #include <linux/printk.h>
 #include <linux/spinlock.h>
@@ -32,8 +33,11 @@
 #define ARFS_MAX_QUEUES		64
 #define ARFS_HOLD_NS_MAX	1000000UL
 #define ARFS_STATS_PERIOD_MS	100
-/* largest completion body the module keeps (timestamps + CAPS) */
-#define ARFS_MAX_REPLY		(ARFS_TS_LEN + ARFS_CAPS_LEN)
+/* device counters are fetched every this many STATS periods */
+#define ARFS_DEV_STATS_EVERY	10
+/* largest completion body the module keeps (timestamps + a full DEV_STATS) */
+#define ARFS_MAX_REPLY		(ARFS_DEV_STATS_OFF_ENTRIES + \
+				 ARFS_DEV_STATS_MAX_ENTRIES * ARFS_STATS_ENTRY_LEN)
 
 /* module parameters (arfs_main.c), read with READ_ONCE() where writable */
 extern unsigned int arfs_buckets;
@@ -201,6 +205,13 @@ struct arfs_priv {
 	atomic64_t hist[ARFS_HIST_BUCKETS];
 	atomic64_t err[ARFS_ERR_KIND_NR][ARFS_ERR_SLOTS];
 	atomic64_t diag[ARFS_DIAG_NR];
+
+	/* the device's counters (DEV_STATS), shown by ethtool -S as dev_* */
+	atomic64_t dev_ctr[ARFS_DEV_CTR_NR];
+	unsigned int stats_rounds;
+	/* virtio_net's ethtool ops plus our counters in -S */
+	const struct ethtool_ops *orig_eops;
+	struct ethtool_ops eops;
 };
 
 /* messages name the module and the interface, not the virtio_net driver */
@@ -242,6 +253,7 @@ void arfs_cmd_flush(struct arfs_priv *p);
 void arfs_cmd_close(struct arfs_priv *p);
 void arfs_count_err(struct arfs_priv *p, int kind, int rc);
 u64 arfs_ctr_read(struct arfs_priv *p, int id);
+int arfs_dev_stats_fetch(struct arfs_priv *p);
 void arfs_stats_work(struct work_struct *work);
 int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	     struct packet_type *pt, struct net_device *orig_dev);

@@ -174,6 +174,20 @@ static const char * const arfs_diag_names[ARFS_DIAG_NR] = {
 	[ARFS_DIAG_CMD_CANCELED] = "cmd_canceled",
 };
 
+static const char * const arfs_dev_ctr_names[ARFS_DEV_CTR_NR] = {
+	[ARFS_DEV_CTR_RX_SPOOFED_DROPPED] = "rx_spoofed_dropped",
+	[ARFS_DEV_CTR_CTRL_REQUESTS] = "ctrl_requests",
+	[ARFS_DEV_CTR_CTRL_BAD] = "ctrl_bad",
+	[ARFS_DEV_CTR_FILTER_ADDS] = "filter_adds",
+	[ARFS_DEV_CTR_FILTER_MODS] = "filter_mods",
+	[ARFS_DEV_CTR_FILTER_DELS] = "filter_dels",
+	[ARFS_DEV_CTR_FILTER_REJECTS] = "filter_rejects",
+	[ARFS_DEV_CTR_FILTER_RULES] = "filter_rules",
+	[ARFS_DEV_CTR_EVENTS_SENT] = "events_sent",
+	[ARFS_DEV_CTR_RX_PACKETS] = "rx_packets",
+	[ARFS_DEV_CTR_RX_NOT_READY] = "rx_not_ready",
+};
+
 static const char * const arfs_type_names[ARFS_NUM_TYPES] = {
 	"ipv4/tcp", "ipv4/udp", "ipv6/tcp", "ipv6/udp"
 };
@@ -214,6 +228,9 @@ static int arfs_stats_show(struct seq_file *s, void *unused)
 	for (i = 0; i < ARFS_DIAG_NR; i++)
 		seq_printf(s, "%s: %lld\n", arfs_diag_names[i],
 			   atomic64_read(&p->diag[i]));
+	for (i = 1; i < ARFS_DEV_CTR_NR; i++)
+		seq_printf(s, "dev_%s: %lld\n", arfs_dev_ctr_names[i],
+			   atomic64_read(&p->dev_ctr[i]));
 	seq_printf(s, "engine_disabled: %d\n", READ_ONCE(p->engine_disabled));
 	seq_printf(s, "rx_queues: %u\n", p->dev->real_num_rx_queues);
 	seq_printf(s, "rmap_queues: %u\n", p->nr_rmap);
@@ -483,12 +500,81 @@ static void arfs_steering_off_features(struct arfs_priv *p)
 	}
 }
 
+/*
+ * ethtool -S: virtio_net's counters, then the driver's (arfs_*) and the
+ * device's (dev_*, from DEV_STATS).  ethtool calls these under RTNL, and the
+ * ops are swapped under RTNL, so no call runs on a stale copy.
+ */
+#define ARFS_ETH_NSTATS	((ARFS_CTR_NR - 1) + ARFS_DIAG_NR + (ARFS_DEV_CTR_NR - 1))
+
+static struct arfs_priv *arfs_from_ethtool(struct net_device *dev)
+{
+	return container_of(dev->ethtool_ops, struct arfs_priv, eops);
+}
+
+static int arfs_orig_sset_count(struct arfs_priv *p, struct net_device *dev,
+				int sset)
+{
+	if (!p->orig_eops->get_sset_count)
+		return sset == ETH_SS_STATS ? 0 : -EOPNOTSUPP;
+	return p->orig_eops->get_sset_count(dev, sset);
+}
+
+static int arfs_get_sset_count(struct net_device *dev, int sset)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	int n = arfs_orig_sset_count(p, dev, sset);
+
+	if (sset != ETH_SS_STATS || n < 0)
+		return n;
+	return n + ARFS_ETH_NSTATS;
+}
+
+static void arfs_get_strings(struct net_device *dev, u32 sset, u8 *data)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	char *s;
+	int i;
+
+	if (p->orig_eops->get_strings)
+		p->orig_eops->get_strings(dev, sset, data);
+	if (sset != ETH_SS_STATS)
+		return;
+	s = (char *)data + max(arfs_orig_sset_count(p, dev, sset), 0) *
+			   ETH_GSTRING_LEN;
+	for (i = 1; i < ARFS_CTR_NR; i++, s += ETH_GSTRING_LEN)
+		snprintf(s, ETH_GSTRING_LEN, "arfs_%s", arfs_ctr_names[i]);
+	for (i = 0; i < ARFS_DIAG_NR; i++, s += ETH_GSTRING_LEN)
+		snprintf(s, ETH_GSTRING_LEN, "arfs_%s", arfs_diag_names[i]);
+	for (i = 1; i < ARFS_DEV_CTR_NR; i++, s += ETH_GSTRING_LEN)
+		snprintf(s, ETH_GSTRING_LEN, "dev_%s", arfs_dev_ctr_names[i]);
+}
+
+static void arfs_get_ethtool_stats(struct net_device *dev,
+				   struct ethtool_stats *stats, u64 *data)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	int i;
+
+	if (p->orig_eops->get_ethtool_stats)
+		p->orig_eops->get_ethtool_stats(dev, stats, data);
+	data += max(arfs_orig_sset_count(p, dev, ETH_SS_STATS), 0);
+	for (i = 1; i < ARFS_CTR_NR; i++)
+		*data++ = arfs_ctr_read(p, i);
+	for (i = 0; i < ARFS_DIAG_NR; i++)
+		*data++ = atomic64_read(&p->diag[i]);
+	for (i = 1; i < ARFS_DEV_CTR_NR; i++)
+		*data++ = atomic64_read(&p->dev_ctr[i]);
+}
+
 static void arfs_steering_off_ops(struct arfs_priv *p)
 {
 	struct net_device *dev = p->dev;
 
 	WRITE_ONCE(dev->rx_cpu_rmap, NULL);
 	WRITE_ONCE(dev->netdev_ops, p->orig_ops);
+	if (p->orig_eops)
+		WRITE_ONCE(dev->ethtool_ops, p->orig_eops);
 	p->steering = false;
 }
 
@@ -662,6 +748,14 @@ static int arfs_attach(const char *name)
 	p->orig_ops = dev->netdev_ops;
 	p->ops = *dev->netdev_ops;
 	p->ops.ndo_rx_flow_steer = arfs_rx_flow_steer;
+	if (dev->ethtool_ops) {
+		p->orig_eops = dev->ethtool_ops;
+		p->eops = *dev->ethtool_ops;
+		p->eops.get_sset_count = arfs_get_sset_count;
+		p->eops.get_strings = arfs_get_strings;
+		p->eops.get_ethtool_stats = arfs_get_ethtool_stats;
+		WRITE_ONCE(dev->ethtool_ops, &p->eops);
+	}
 	list_add_tail(&p->node, &arfs_list);
 	WRITE_ONCE(dev->netdev_ops, &p->ops);
 	WRITE_ONCE(dev->rx_cpu_rmap, p->rmap);

@@ -179,7 +179,9 @@ done:
 		arfs_diag_inc(p, ARFS_DIAG_CMD_CANCELED);
 		return cmd->status;
 	}
-	atomic64_inc(&p->hist[arfs_hist_bucket(cmd->rcvd_ns - cmd->sent_ns)]);
+	/* the histogram is of filter commands: DEV_STATS is answered at once */
+	if (op != ARFS_OP_DEV_STATS)
+		atomic64_inc(&p->hist[arfs_hist_bucket(cmd->rcvd_ns - cmd->sent_ns)]);
 	return -cmd->status;
 }
 
@@ -304,6 +306,40 @@ static void arfs_stats_put(struct arfs_priv *p, struct arfs_stats_buf *sb,
 	sb->count++;
 }
 
+/*
+ * Ask the device for its counters and keep them for ethtool -S.  Sleeps until
+ * the completion arrives (stats work only).
+ */
+int arfs_dev_stats_fetch(struct arfs_priv *p)
+{
+	struct arfs_cmd *cmd;
+	unsigned int n, i;
+	const u8 *e;
+	u16 id;
+	int rc;
+
+	cmd = kmalloc(sizeof(*cmd), GFP_KERNEL);
+	if (!cmd)
+		return -ENOMEM;
+	rc = arfs_cmd_exec(p, cmd, ARFS_OP_DEV_STATS, NULL,
+			   ARFS_DEV_STATS_BODY_LEN, false);
+	if (!rc && cmd->reply_len >= ARFS_DEV_STATS_OFF_ENTRIES) {
+		n = get_unaligned_be16(cmd->reply + ARFS_DEV_STATS_OFF_COUNT);
+		n = min_t(unsigned int, n, (cmd->reply_len -
+			  ARFS_DEV_STATS_OFF_ENTRIES) / ARFS_STATS_ENTRY_LEN);
+		for (i = 0; i < n; i++) {
+			e = cmd->reply + ARFS_DEV_STATS_OFF_ENTRIES +
+			    i * ARFS_STATS_ENTRY_LEN;
+			id = get_unaligned_be16(e + ARFS_STATS_ENTRY_OFF_ID);
+			if (id && id < ARFS_DEV_CTR_NR)
+				atomic64_set(&p->dev_ctr[id],
+					     get_unaligned_be64(e + ARFS_STATS_ENTRY_OFF_VALUE));
+		}
+	}
+	kfree(cmd);
+	return rc;
+}
+
 u64 arfs_ctr_read(struct arfs_priv *p, int id)
 {
 	if (id == ARFS_CTR_HOLD_NS)
@@ -344,6 +380,8 @@ void arfs_stats_work(struct work_struct *work)
 	}
 	arfs_stats_flush(p, sb);
 	kfree(sb);
+	if (++p->stats_rounds % ARFS_DEV_STATS_EVERY == 1)
+		arfs_dev_stats_fetch(p);
 again:
 	if (!READ_ONCE(p->stopping))
 		schedule_delayed_work(&p->stats_work,
@@ -362,7 +400,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 	struct arfs_cmd *cmd, *found = NULL;
 
 	arfs_diag_inc(p, ARFS_DIAG_RX_COMPLETIONS);
-	if (op < ARFS_OP_HELLO || op > ARFS_OP_QUERY || op == ARFS_OP_STATS) {
+	if (op < ARFS_OP_HELLO || op > ARFS_OP_DEV_STATS || op == ARFS_OP_STATS) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_OP);
 		return;
 	}
@@ -374,6 +412,14 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 		need += ARFS_CAPS_LEN;
 	else if (!status && op == ARFS_OP_QUERY)
 		need += ARFS_QUERY_REPLY_LEN;
+	else if (!status && op == ARFS_OP_DEV_STATS && hlen >= ARFS_HDR_LEN +
+		 ARFS_DEV_STATS_OFF_ENTRIES && copied >= ARFS_HDR_LEN +
+		 ARFS_DEV_STATS_OFF_ENTRIES)
+		need = ARFS_HDR_LEN + ARFS_DEV_STATS_OFF_ENTRIES +
+		       ARFS_STATS_ENTRY_LEN *
+		       min_t(unsigned int, ARFS_DEV_STATS_MAX_ENTRIES,
+			     get_unaligned_be16(buf + ARFS_HDR_LEN +
+						ARFS_DEV_STATS_OFF_COUNT));
 	if (hlen < need || copied < need) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_BODY);
 		return;

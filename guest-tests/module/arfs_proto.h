@@ -51,6 +51,7 @@
 #define ARFS_OP_FLUSH			0x05
 #define ARFS_OP_STATS			0x06
 #define ARFS_OP_QUERY			0x07
+#define ARFS_OP_DEV_STATS		0x08	/* the device's counters */
 #define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
 
 #define ARFS_EV_RULE_AGED		0x40
@@ -86,6 +87,8 @@
 #define ARFS_QUERY_BODY_LEN		4
 #define ARFS_QUERY_OFF_FILTER_ID	0	/* u32 (request) */
 
+#define ARFS_DEV_STATS_BODY_LEN		0
+
 /* STATS: u16 count, u16 pad, then count entries */
 #define ARFS_STATS_HDR_LEN		4
 #define ARFS_STATS_OFF_COUNT		0	/* u16 */
@@ -119,6 +122,16 @@
 #define ARFS_QUERY_OFF_RXQ		24	/* u16 */
 #define ARFS_QUERY_OFF_PAD		26	/* u16 */
 #define ARFS_QUERY_OFF_HITS		28	/* u64 */
+
+/*
+ * DEV_STATS reply: after the timestamps of DEV_STATS's completion with status
+ * 0: u16 count (at most ARFS_DEV_STATS_MAX_ENTRIES), u16 pad, then count
+ * entries laid out as STATS entries, ids ARFS_DEV_CTR_*
+ */
+#define ARFS_DEV_STATS_OFF_COUNT	24	/* u16 */
+#define ARFS_DEV_STATS_OFF_PAD		26	/* u16 */
+#define ARFS_DEV_STATS_OFF_ENTRIES	28
+#define ARFS_DEV_STATS_MAX_ENTRIES	16
 
 /* ---- event bodies ------------------------------------------------------ */
 
@@ -157,6 +170,21 @@
 #define ARFS_CTR_WORK_DELAY_NS_TOTAL	24	/* steer (queue_work) to command sent */
 #define ARFS_CTR_WORK_DELAY_NS_MAX	25
 #define ARFS_CTR_NR			26	/* one past the last named id */
+
+/* ---- DEV_STATS counter ids: the device's, since its last reset --------- */
+
+#define ARFS_DEV_CTR_RX_SPOOFED_DROPPED	1	/* forged control frames from the wire */
+#define ARFS_DEV_CTR_CTRL_REQUESTS	2
+#define ARFS_DEV_CTR_CTRL_BAD		3
+#define ARFS_DEV_CTR_FILTER_ADDS	4
+#define ARFS_DEV_CTR_FILTER_MODS	5
+#define ARFS_DEV_CTR_FILTER_DELS	6
+#define ARFS_DEV_CTR_FILTER_REJECTS	7
+#define ARFS_DEV_CTR_FILTER_RULES	8	/* a gauge */
+#define ARFS_DEV_CTR_EVENTS_SENT	9
+#define ARFS_DEV_CTR_RX_PACKETS		10
+#define ARFS_DEV_CTR_RX_NOT_READY	11
+#define ARFS_DEV_CTR_NR			12	/* one past the last id */
 
 /* command latency histogram: id ARFS_HIST_ID_BASE + bucket */
 #define ARFS_HIST_BUCKETS		24

@@ -40,11 +40,26 @@ use std::time::Duration;
 pub trait ControlSink: Send + Sync + 'static {
     /// Put `frame` on the RX queue of `pair`; returns the queue actually used.
     fn send(&self, pair: u16, frame: &[u8]) -> Result<u16, RxError>;
+    /// The data path's counters since the last device reset, for DEV_STATS.
+    fn data_counters(&self) -> DataCounters {
+        DataCounters::default()
+    }
+}
+
+/// Data-path counters a DEV_STATS completion carries besides the control plane's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DataCounters {
+    pub rx_spoofed_dropped: u64,
+    pub rx_packets: u64,
+    pub rx_not_ready: u64,
 }
 
 impl ControlSink for Weak<EmulatedNic> {
     fn send(&self, pair: u16, frame: &[u8]) -> Result<u16, RxError> {
         self.upgrade().ok_or(RxError::NotReady)?.send_control(pair, frame)
+    }
+    fn data_counters(&self) -> DataCounters {
+        self.upgrade().map(|n| n.data_counters_since_reset()).unwrap_or_default()
     }
 }
 
@@ -84,7 +99,7 @@ fn command_of(req: &Request) -> Option<Command> {
         Request::Del { filter_id } => Command::Del { id: *filter_id },
         Request::Flush => Command::Flush,
         Request::Query { filter_id } => Command::Query { id: *filter_id },
-        Request::Hello | Request::Stats(_) => return None,
+        Request::Hello | Request::Stats(_) | Request::DevStats => return None,
     })
 }
 
@@ -356,6 +371,19 @@ impl ControlRuntime {
                 out.push(Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false });
             }
             Request::Stats(entries) => g.guest.store(&entries, now),
+            Request::DevStats if quiet => g.frames.completions_suppressed += 1,
+            Request::DevStats => {
+                let msg = CompletionMsg {
+                    req_op: wire::op::DEV_STATS,
+                    seq: header.seq,
+                    status: 0,
+                    enqueue_ns: now,
+                    start_ns: now,
+                    finish_ns: now,
+                    body: CompletionBody::DevStats(dev_stats(g, sh.sink.data_counters())),
+                };
+                out.push(Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false });
+            }
             other => {
                 let Some(cmd) = command_of(&other) else { return };
                 let mut outs = Vec::new();
@@ -540,10 +568,33 @@ impl ControlRuntime {
 
 /// The request's name in `frames.requests`: the engine op's own name (`Op::name`), plus
 /// the two requests the engine never sees.
+/// The DEV_STATS entries: the control plane's counters since the last reset and the
+/// data path's.
+fn dev_stats(g: &Inner, d: DataCounters) -> Vec<(u16, u64)> {
+    use wire::dev_counter as c;
+    let e = g.engine.stats();
+    let ok = |op: &str| e.ops.get(op).map_or(0, |o| o.completed_ok);
+    let rejects: u64 = e.ops.values().flat_map(|o| o.errors.values()).sum();
+    vec![
+        (c::RX_SPOOFED_DROPPED, d.rx_spoofed_dropped),
+        (c::CTRL_REQUESTS, g.frames.received),
+        (c::CTRL_BAD, g.frames.bad),
+        (c::FILTER_ADDS, ok("add")),
+        (c::FILTER_MODS, ok("mod")),
+        (c::FILTER_DELS, ok("del")),
+        (c::FILTER_REJECTS, rejects),
+        (c::FILTER_RULES, g.engine.table().len() as u64),
+        (c::EVENTS_SENT, g.frames.events_sent),
+        (c::RX_PACKETS, d.rx_packets),
+        (c::RX_NOT_READY, d.rx_not_ready),
+    ]
+}
+
 fn op_name(op: u8) -> &'static str {
     match op {
         wire::op::HELLO => "hello",
         wire::op::STATS => "stats",
+        wire::op::DEV_STATS => "dev_stats",
         _ => Op::ALL.into_iter().find(|&o| wire_op(o) == op).map_or("other", Op::name),
     }
 }

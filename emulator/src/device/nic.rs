@@ -39,6 +39,8 @@ pub struct EmulatedNic {
     peer: RwLock<Option<Arc<dyn GuestPeer>>>,
     control: RwLock<Option<Arc<dyn ControlPlane>>>,
     link_up: std::sync::atomic::AtomicBool,
+    /// Data counters at the last device reset (DEV_STATS reports the growth since).
+    reset_base: std::sync::Mutex<super::control::DataCounters>,
     pub counters: GlueCounters,
 }
 
@@ -51,6 +53,7 @@ impl EmulatedNic {
             peer: RwLock::new(None),
             control: RwLock::new(None),
             link_up: std::sync::atomic::AtomicBool::new(false),
+            reset_base: std::sync::Mutex::new(Default::default()),
             counters: GlueCounters::default(),
         })
     }
@@ -72,6 +75,25 @@ impl EmulatedNic {
 
     fn peer(&self) -> Option<Arc<dyn GuestPeer>> {
         crate::sync::read(&self.peer).clone()
+    }
+
+    fn data_counters(&self) -> super::control::DataCounters {
+        super::control::DataCounters {
+            rx_spoofed_dropped: self.counters.rx_spoofed_dropped.load(Relaxed),
+            rx_packets: self.nic.snapshot().queues.iter().map(|q| q.rx_packets).sum(),
+            rx_not_ready: self.counters.rx_not_ready.load(Relaxed),
+        }
+    }
+
+    /// The data path's counters since the last device reset.
+    pub fn data_counters_since_reset(&self) -> super::control::DataCounters {
+        let now = self.data_counters();
+        let base = *crate::sync::lock(&self.reset_base);
+        super::control::DataCounters {
+            rx_spoofed_dropped: now.rx_spoofed_dropped.saturating_sub(base.rx_spoofed_dropped),
+            rx_packets: now.rx_packets.saturating_sub(base.rx_packets),
+            rx_not_ready: now.rx_not_ready.saturating_sub(base.rx_not_ready),
+        }
     }
 
     /// Put a device-generated frame (control completion, event) on queue `pair`,
@@ -154,6 +176,7 @@ impl DeviceHooks for EmulatedNic {
                 // A new driver instance: a fresh device for it (state is kept across the
                 // down period, so reports read after QEMU exits still see it).
                 self.counters.device_resets.fetch_add(1, Relaxed);
+                *crate::sync::lock(&self.reset_base) = self.data_counters();
                 self.nic.reset_rss(&rx.enabled_pairs());
                 let c = crate::sync::read(&self.control).clone();
                 if let Some(c) = c {

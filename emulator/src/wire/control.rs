@@ -50,6 +50,8 @@ pub mod op {
     pub const FLUSH: u8 = 0x05;
     pub const STATS: u8 = 0x06;
     pub const QUERY: u8 = 0x07;
+    /// The device's counters (answered at once, not through the command engine).
+    pub const DEV_STATS: u8 = 0x08;
     /// A completion's op is `COMPLETION | request op`.
     pub const COMPLETION: u8 = 0x80;
     /// Unsolicited device events.
@@ -67,6 +69,45 @@ pub const MOD_BODY_LEN: usize = 8;
 pub const ID_BODY_LEN: usize = 4;
 /// STATS: u16 count, u16 pad, then `count` entries of this size.
 pub const STATS_ENTRY_LEN: usize = 16;
+
+/// Most entries in a DEV_STATS completion (one per [`dev_counter`] id).
+pub const DEV_STATS_MAX_ENTRIES: usize = 16;
+
+/// DEV_STATS counter ids: the device's own counters since its last reset, which the
+/// module shows in `ethtool -S` as `dev_<name>`.
+pub mod dev_counter {
+    pub const RX_SPOOFED_DROPPED: u16 = 1;
+    pub const CTRL_REQUESTS: u16 = 2;
+    pub const CTRL_BAD: u16 = 3;
+    pub const FILTER_ADDS: u16 = 4;
+    pub const FILTER_MODS: u16 = 5;
+    pub const FILTER_DELS: u16 = 6;
+    pub const FILTER_REJECTS: u16 = 7;
+    pub const FILTER_RULES: u16 = 8;
+    pub const EVENTS_SENT: u16 = 9;
+    pub const RX_PACKETS: u16 = 10;
+    pub const RX_NOT_READY: u16 = 11;
+
+    /// Names of ids 1.. in order.
+    pub(super) const NAMES: [&str; 11] = [
+        "rx_spoofed_dropped",
+        "ctrl_requests",
+        "ctrl_bad",
+        "filter_adds",
+        "filter_mods",
+        "filter_dels",
+        "filter_rejects",
+        "filter_rules",
+        "events_sent",
+        "rx_packets",
+        "rx_not_ready",
+    ];
+}
+
+/// The name of a DEV_STATS counter id.
+pub fn dev_counter_name(id: u16) -> Option<&'static str> {
+    usize::from(id).checked_sub(1).and_then(|i| dev_counter::NAMES.get(i)).copied()
+}
 
 /// STATS counter ids (guest driver counters).
 pub mod counter {
@@ -224,6 +265,7 @@ pub enum Request {
     Query {
         filter_id: u32,
     },
+    DevStats,
 }
 
 impl Request {
@@ -236,6 +278,7 @@ impl Request {
             Request::Flush => op::FLUSH,
             Request::Stats(_) => op::STATS,
             Request::Query { .. } => op::QUERY,
+            Request::DevStats => op::DEV_STATS,
         }
     }
 
@@ -425,6 +468,7 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
     let req = match header.op {
         op::HELLO => Request::Hello,
         op::FLUSH => Request::Flush,
+        op::DEV_STATS => Request::DevStats,
         op::ADD => {
             expect_min(h, body, ADD_BODY_LEN, ">= 44")?;
             Request::Add(decode_add(h, body)?)
@@ -502,7 +546,7 @@ pub fn encode_raw(dst: [u8; 6], src: [u8; 6], header: Header, body: &[u8]) -> Ve
 pub fn request_body(req: &Request) -> Vec<u8> {
     let mut b = Vec::new();
     match req {
-        Request::Hello | Request::Flush => {}
+        Request::Hello | Request::Flush | Request::DevStats => {}
         Request::Add(a) => {
             b.extend_from_slice(&a.filter_id.to_be_bytes());
             b.extend_from_slice(&a.rxq.to_be_bytes());
@@ -569,6 +613,8 @@ pub enum CompletionBody {
         rxq: u16,
         hits: u64,
     },
+    /// DEV_STATS: `(id, value)` pairs, at most [`DEV_STATS_MAX_ENTRIES`].
+    DevStats(Vec<(u16, u64)>),
 }
 
 /// A device completion.
@@ -627,6 +673,16 @@ pub fn encode_completion(guest_mac: [u8; 6], c: &CompletionMsg) -> Vec<u8> {
             b.extend_from_slice(&[0, 0]);
             b.extend_from_slice(&hits.to_be_bytes());
         }
+        CompletionBody::DevStats(entries) => {
+            let entries = &entries[..entries.len().min(DEV_STATS_MAX_ENTRIES)];
+            b.extend_from_slice(&(entries.len() as u16).to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            for &(id, value) in entries {
+                b.extend_from_slice(&id.to_be_bytes());
+                b.extend_from_slice(&[0; 6]);
+                b.extend_from_slice(&value.to_be_bytes());
+            }
+        }
     }
     let header =
         Header { version: VERSION, op: op::COMPLETION | c.req_op, seq: c.seq, status: c.status, ..Default::default() };
@@ -675,6 +731,14 @@ pub fn decode_device_frame(frame: &[u8]) -> Result<(Header, DeviceMsg), DecodeEr
                 })
             }
             (op::QUERY, 12) => CompletionBody::Query { rxq: be16(rest, 0), hits: be64(rest, 4) },
+            (op::DEV_STATS, n)
+                if n >= 4
+                    && usize::from(be16(rest, 0)) <= DEV_STATS_MAX_ENTRIES
+                    && n == 4 + STATS_ENTRY_LEN * usize::from(be16(rest, 0)) =>
+            {
+                let entries = rest[4..].chunks_exact(STATS_ENTRY_LEN).map(|e| (be16(e, 0), be64(e, 8))).collect();
+                CompletionBody::DevStats(entries)
+            }
             (_, n) => return Err(DecodeError::BadBody { header, got: TIMESTAMPS_LEN + n, expected: "op specific" }),
         };
         return Ok((
@@ -718,6 +782,7 @@ impl fmt::Display for Request {
             Request::Flush => write!(f, "FLUSH"),
             Request::Stats(e) => write!(f, "STATS ({} counters)", e.len()),
             Request::Query { filter_id } => write!(f, "QUERY id={filter_id}"),
+            Request::DevStats => write!(f, "DEV_STATS"),
         }
     }
 }
