@@ -305,6 +305,10 @@ for kind in dict.fromkeys(r["kind"] for r in rows):
     print(("[soak] ok   " if same else "[soak] FAIL ") + f"{kind}: fds {fds}, threads {thr} (constant from cycle 2)")
     ok &= same
 allrss = [int(r["vm_rss_kb"]) for r in rows]
+if not allrss:
+    print("[soak] no cycles sampled (only the spoof phase ran)")
+    json.dump(summary, open(out + "/summary.json", "w"), indent=1)
+    sys.exit(0)
 base = next((int(r["vm_rss_kb"]) for r in rows if r["cycle"] == "2"), allrss[0])
 growth = allrss[-1] - base
 summary["vm_rss_growth_kb"] = growth
