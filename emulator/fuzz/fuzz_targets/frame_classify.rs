@@ -64,7 +64,10 @@ fuzz_target!(|frame: &[u8]| {
     let inner = ethernet::innermost_ethertype(frame);
     let src = ethernet::source_mac(frame);
     let spoofed = is_spoofed_control(frame);
-    assert_eq!(spoofed, inner == Some(CONTROL_ETHERTYPE) || src.map(|m| m.0) == Some(arfsnic::wire::control::DEVICE_MAC));
+    assert_eq!(
+        spoofed,
+        inner == Some(CONTROL_ETHERTYPE) || src.map(|m| m.0) == Some(arfsnic::wire::control::DEVICE_MAC)
+    );
 
     // The parser and the NIC model.
     let parsed = parse_frame(frame);

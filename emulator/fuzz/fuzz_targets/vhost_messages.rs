@@ -17,7 +17,7 @@
 //!     one message: request code sel % 48 (0 and 41..47 are not vhost-user requests),
 //!     header flags `flags`, header size `size` (may differ from the n body bytes sent),
 //!     attached fds: bit 0 an eventfd, bit 1 the guest memfd, bit 2 another eventfd,
-//!     bit 3 the memfd again
+//!     bit 3 the memfd again (never on SET_VRING_ENABLE, see below)
 //! ```
 //! Property: no panic, no crash of the backend (a SIGBUS on guest memory included), and
 //! the backend keeps serving new connections.
@@ -174,6 +174,10 @@ fuzz_target!(|data: &[u8]| {
         msg.extend_from_slice(&size.to_le_bytes());
         msg.extend_from_slice(&body);
         let mut fds: Vec<RawFd> = Vec::new();
+        // No fds on SET_VRING_ENABLE: a peek cannot see past an fd boundary, so the
+        // backend's early-enable peek (before SET_FEATURES) would wait out its 100 ms window
+        // on nearly every such input. Harmless, but it would slow this target 100-fold.
+        let fdsel = if code == 18 { 0 } else { fdsel };
         if fdsel & 1 != 0 {
             fds.push(w.efd.as_raw_fd());
         }
