@@ -57,15 +57,14 @@ end = t0 + a.seconds
 for i in range(a.flows):
     for _ in range(a.window):
         send(i)
-last_rx = time.time()
+last_rx = [time.time()] * a.flows
 while time.time() < end:
     ev = p.poll(0.1)
-    if not ev:
-        if time.time() - last_rx > 0.5:  # losses: put new requests in flight
-            for i in range(a.flows):
-                send(i)
-            last_rx = time.time()
-        continue
+    now = time.time()
+    for i in range(a.flows):
+        if now - last_rx[i] > 0.5:  # this flow's requests were lost: put a new one in flight
+            send(i)
+            last_rx[i] = now
     for fd, _ in ev:
         i = fdmap[fd]
         while True:
@@ -73,7 +72,7 @@ while time.time() < end:
                 d = socks[i].recv(65536)
             except (BlockingIOError, ConnectionRefusedError):
                 break
-            last_rx = time.time()
+            last_rx[i] = time.time()
             if len(d) < 16 or d[:4] != b"ARFS" or struct.unpack(">I", d[4:8])[0] != i:
                 bad += 1
                 continue
@@ -85,5 +84,6 @@ el = time.time() - t0
 print(json.dumps({"sent": sum(sent), "replies": sum(got), "bad": bad, "elapsed_s": round(el, 3),
                   "replies_per_s": round(sum(got) / el, 1),
                   "replies_per_cpu": {str(k): v for k, v in sorted(cpus.items())},
-                  "flows_with_replies": sum(1 for g in got if g), "flows": a.flows}))
+                  "flows_with_replies": sum(1 for g in got if g), "flows": a.flows,
+                  "replies_per_flow": got}))
 sys.exit(0 if sum(got) > 0 and bad == 0 else 1)

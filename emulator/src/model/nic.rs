@@ -3,7 +3,7 @@
 //! configuration is swapped atomically) and shard-locked on the filter side.
 
 use super::filter::{Action, FilterTable};
-use super::profile::Profile;
+use super::profile::{DisabledQueue, Profile};
 use super::rss::{Rss, RssDecision, RssError};
 use crate::wire::{parse_frame, PacketInfo, ParseError};
 use arc_swap::ArcSwap;
@@ -68,6 +68,7 @@ struct NicCounters {
     malformed: AtomicU64,
     unhashed: AtomicU64,
     filter_bad_queue: AtomicU64,
+    filter_queue_disabled: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -77,6 +78,10 @@ pub struct NicSnapshot {
     pub unhashed: u64,
     /// Filters whose queue does not exist: such packets fall back to RSS.
     pub filter_bad_queue: u64,
+    /// Packets of filters whose queue the guest disabled (`ethtool -L` to fewer
+    /// channels): lost there, or steered by RSS, as the profile's
+    /// `filter.disabled_queue` says.
+    pub filter_queue_disabled: u64,
 }
 
 pub struct Nic {
@@ -85,6 +90,9 @@ pub struct Nic {
     rss_default: Arc<Rss>,
     table: Arc<FilterTable>,
     queues: Box<[CachePadded<QueueCounters>]>,
+    /// Per queue: enabled by the guest (all until it says otherwise).
+    enabled: Box<[std::sync::atomic::AtomicBool]>,
+    disabled_queue: DisabledQueue,
     counters: NicCounters,
 }
 
@@ -92,13 +100,23 @@ impl Nic {
     pub fn new(profile: &Profile, queues: u16) -> Result<Nic, RssError> {
         let rss = profile.build_rss(queues)?;
         let table = Arc::new(FilterTable::new(profile.filter.layout, profile.filter.capacity));
-        Ok(Self::with_parts(rss, table))
+        Ok(Nic { disabled_queue: profile.filter.disabled_queue, ..Self::with_parts(rss, table) })
     }
 
     pub fn with_parts(rss: Rss, table: Arc<FilterTable>) -> Nic {
-        let queues = (0..rss.queues()).map(|_| CachePadded::new(QueueCounters::default())).collect();
+        let queues: Box<[CachePadded<QueueCounters>]> =
+            (0..rss.queues()).map(|_| CachePadded::new(QueueCounters::default())).collect();
         let rss = Arc::new(rss);
-        Nic { rss: ArcSwap::new(rss.clone()), rss_default: rss, table, queues, counters: NicCounters::default() }
+        let enabled = (0..queues.len()).map(|_| std::sync::atomic::AtomicBool::new(true)).collect();
+        Nic {
+            rss: ArcSwap::new(rss.clone()),
+            rss_default: rss,
+            table,
+            queues,
+            enabled,
+            disabled_queue: DisabledQueue::default(),
+            counters: NicCounters::default(),
+        }
     }
 
     pub fn table(&self) -> &Arc<FilterTable> {
@@ -134,8 +152,15 @@ impl Nic {
         *self.rss.load_full() == rss
     }
 
-    /// Spread RSS over the enabled queues only.
+    /// Spread RSS over the enabled queues only and note which queues filters may still
+    /// use (`filter.disabled_queue`). With no queue enabled (the link is down) both stay
+    /// as they were.
     pub fn set_enabled_queues(&self, enabled: &[bool]) {
+        if enabled.iter().any(|&e| e) {
+            for (q, flag) in self.enabled.iter().enumerate() {
+                flag.store(enabled.get(q).copied().unwrap_or(false), Relaxed);
+            }
+        }
         let mut rss = (*self.rss.load_full()).clone();
         rss.spread_over(enabled);
         self.set_rss(rss);
@@ -155,8 +180,15 @@ impl Nic {
         if let Some(key) = info.flow_key() {
             if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
                 return match action {
-                    Action::Queue(q) if usize::from(q) < self.queues.len() => {
+                    Action::Queue(q) if self.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
                         Decision { queue: Some(q), rss, filter: Some(id) }
+                    }
+                    Action::Queue(q) if usize::from(q) < self.queues.len() => {
+                        self.counters.filter_queue_disabled.fetch_add(1, Relaxed);
+                        match self.disabled_queue {
+                            DisabledQueue::Drop => Decision { queue: Some(q), rss, filter: Some(id) },
+                            DisabledQueue::Rss => Decision { queue: Some(rss.queue), rss, filter: None },
+                        }
                     }
                     Action::Queue(_) => {
                         self.counters.filter_bad_queue.fetch_add(1, Relaxed);
@@ -217,6 +249,7 @@ impl Nic {
             malformed: self.counters.malformed.load(Relaxed),
             unhashed: self.counters.unhashed.load(Relaxed),
             filter_bad_queue: self.counters.filter_bad_queue.load(Relaxed),
+            filter_queue_disabled: self.counters.filter_queue_disabled.load(Relaxed),
         }
     }
 }
@@ -280,6 +313,32 @@ mod tests {
         let (_, d) = n.classify_frame(&frame(2), 0).unwrap();
         assert_eq!((d.queue, d.filter), (Some(d.rss.queue), None));
         assert_eq!(n.snapshot().filter_bad_queue, 1);
+    }
+
+    #[test]
+    fn a_filter_to_a_disabled_queue_is_lost_or_falls_back_to_rss() {
+        let mut p = Profile::parse("name = \"t\"\n[filter]\nlayout = \"shared\"\ncapacity = 64\n").unwrap();
+        let n = Nic::new(&p, 4).unwrap();
+        let k = crate::wire::FlowKey::v4(L4Proto::Tcp, [66, 9, 149, 187], 3, [161, 142, 100, 80], 1766);
+        n.table().insert(7, k, Action::Queue(3), 0).unwrap();
+        n.set_enabled_queues(&[true, true, false, false]);
+        let (_, d) = n.classify_frame(&frame(3), 0).unwrap();
+        assert_eq!((d.queue, d.filter), (Some(3), Some(7)), "default: like mlx5's drop RQ, delivery fails");
+        assert_eq!(n.snapshot().filter_queue_disabled, 1);
+        p.filter.disabled_queue = DisabledQueue::Rss;
+        let n = Nic::new(&p, 4).unwrap();
+        let k = crate::wire::FlowKey::v4(L4Proto::Tcp, [66, 9, 149, 187], 3, [161, 142, 100, 80], 1766);
+        n.table().insert(7, k, Action::Queue(3), 0).unwrap();
+        n.set_enabled_queues(&[true, true, false, false]);
+        let (_, d) = n.classify_frame(&frame(3), 0).unwrap();
+        assert_eq!((d.queue, d.filter), (Some(d.rss.queue), None));
+        assert!(d.rss.queue < 2, "RSS over the enabled queues");
+        assert_eq!(n.snapshot().filter_queue_disabled, 1);
+        n.set_enabled_queues(&[false; 4]); // link down: nothing changes
+        assert_eq!(n.classify_frame(&frame(3), 0).unwrap().1.filter, None);
+        n.set_enabled_queues(&[true; 4]);
+        let (_, d) = n.classify_frame(&frame(3), 0).unwrap();
+        assert_eq!((d.queue, d.filter), (Some(3), Some(7)));
     }
 
     #[test]

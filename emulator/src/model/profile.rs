@@ -78,6 +78,21 @@ pub struct FilterSection {
     pub layout: Layout,
     /// Rules per table (per-type layout) or in the one shared table.
     pub capacity: usize,
+    /// What a rule does whose queue the guest disabled (`ethtool -L` to fewer channels).
+    #[serde(default)]
+    pub disabled_queue: DisabledQueue,
+}
+
+/// Where a filter steers packets whose queue the guest disabled.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DisabledQueue {
+    /// To that queue, where they are lost (mlx5: the direct TIR of an inactive channel
+    /// points at the drop RQ).
+    #[default]
+    Drop,
+    /// To the queue RSS picks among the enabled ones.
+    Rss,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -300,7 +315,7 @@ impl Profile {
             description: String::new(),
             device: DeviceSection::default(),
             rss: RssSection::default(),
-            filter: FilterSection { layout: Layout::Shared, capacity: 1 << 20 },
+            filter: FilterSection { layout: Layout::Shared, capacity: 1 << 20, disabled_queue: DisabledQueue::Rss },
             engine: EngineSection { slots: 64, queue_depth: 1 << 16, ..Default::default() },
             faults: FaultSection::default(),
             aging: AgingSection::default(),
