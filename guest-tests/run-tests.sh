@@ -15,6 +15,9 @@ cargo clippy --locked --all-targets -- -D warnings
 step "cargo test"
 cargo test --locked --workspace
 
+step "fuzz smoke: every cargo-fuzz target 60 s from its committed corpus (docs/fuzzing.md)"
+bash emulator/fuzz/smoke.sh
+
 step "end-to-end: real QEMU and guest kernels"
 if [ "$(id -u)" = 0 ]; then
     bash guest-tests/provision.sh
