@@ -141,6 +141,16 @@ impl VhostUserBackendReqHandler for NetHandler {
             {
                 return self.fail(VuError::InvalidParam);
             }
+            // mmap accepts a region past the end of its file, but touching it raises SIGBUS
+            // and kills the backend (found by fuzz/vhost_messages): the file must cover it.
+            let past_eof = match file.metadata() {
+                Ok(m) if m.is_file() => r.mmap_offset.checked_add(r.memory_size).is_none_or(|end| end > m.len()),
+                Ok(_) => false,
+                Err(_) => true,
+            };
+            if past_eof {
+                return self.fail(herr("memory region beyond the end of its file"));
+            }
             let region = match r.mmap_region::<()>(file) {
                 Ok(m) => m,
                 Err(e) => return self.fail(e),
