@@ -100,3 +100,37 @@ fn memory_region_past_the_end_of_its_file_is_refused() {
     stop.store(true, Ordering::Release);
     h.join().unwrap();
 }
+
+/// config_toml: a scheduled fault at `at_ms` = 2^63 - 1 passed validation and overflowed
+/// `at_ms * 1_000_000` in `Engine::new` (a panic with overflow checks, a nonsense schedule
+/// without). Millisecond fields are now bounded by `MAX_MS`.
+#[test]
+fn huge_millisecond_fields_are_refused() {
+    use arfsnic::model::engine::Engine;
+    use arfsnic::model::filter::FilterTable;
+    use arfsnic::model::profile::{Profile, MAX_MS};
+
+    let profile = |extra: &str| format!("name = \"x\"\n[filter]\nlayout = \"shared\"\ncapacity = 1\n{extra}");
+    let cases = [
+        ("faults.schedule[0].at_ms", "[[faults.schedule]]\nat_ms = 9223372036854775807\naction = \"flush\"\n"),
+        ("faults.schedule[0].ms", "[[faults.schedule]]\nat_ms = 0\naction = \"stall\"\nms = 18446744073709\n"),
+        ("aging.idle_ms", "[aging]\nidle_ms = 18446744073709\nscan_ms = 1\n"),
+        ("aging.scan_ms", "[aging]\nidle_ms = 1\nscan_ms = 18446744073709\n"),
+    ];
+    for (field, extra) in cases {
+        let e = Profile::parse(&profile(extra)).expect_err(field);
+        assert_eq!(e.field, field);
+    }
+    // The bound itself is accepted, and the engine handles it.
+    let text = profile(&format!(
+        "[[faults.schedule]]\nat_ms = {MAX_MS}\naction = \"stall\"\nms = {MAX_MS}\n[aging]\nidle_ms = {MAX_MS}\nscan_ms = {MAX_MS}\n"
+    ));
+    let p = Profile::parse(&text).unwrap();
+    let table = Arc::new(FilterTable::new(p.filter.layout, p.filter.capacity));
+    let mut e = Engine::new(&p, table, u64::MAX / 2);
+    let mut out = Vec::new();
+    e.arm_schedule(u64::MAX / 2, &mut out);
+    if let Some(d) = e.next_deadline() {
+        e.advance(d, &mut out);
+    }
+}

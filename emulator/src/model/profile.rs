@@ -367,6 +367,8 @@ impl Profile {
         }
         for (i, s) in f.schedule.iter().enumerate() {
             let at = |field: &str| format!("faults.schedule[{i}].{field}");
+            check_ms(&at("at_ms"), s.at_ms)?;
+            check_ms(&at("ms"), s.ms.unwrap_or(0))?;
             match s.action {
                 ScheduledAction::Stall if s.ms.is_none() => return Err(err(at("ms"), "a stall needs `ms`")),
                 ScheduledAction::Errors => {
@@ -380,6 +382,8 @@ impl Profile {
                 _ => {}
             }
         }
+        check_ms("aging.idle_ms", self.aging.idle_ms)?;
+        check_ms("aging.scan_ms", self.aging.scan_ms)?;
         if self.aging.idle_ms > 0 && self.aging.scan_ms == 0 {
             return Err(err("aging.scan_ms", "must be > 0 when aging.idle_ms is set"));
         }
@@ -406,6 +410,19 @@ impl Profile {
         let key = self.rss_key().map_err(|_| RssError::KeyLength(0))?;
         let types = self.hash_types().unwrap_or(HashTypes::ALL);
         Rss::new(&key, types, self.rss.indirection_size, queues)
+    }
+}
+
+/// Largest millisecond value (about 49 days): the engine turns these into nanoseconds and
+/// adds them to its clock, which must not overflow (an `at_ms` near 2^63 panicked in
+/// `Engine::new`; tests/fuzz_regressions.rs).
+pub const MAX_MS: u64 = 1 << 32;
+
+fn check_ms(field: &str, ms: u64) -> Result<(), ConfigError> {
+    if ms <= MAX_MS {
+        Ok(())
+    } else {
+        Err(err(field, format!("{ms} is more than {MAX_MS} ms")))
     }
 }
 
