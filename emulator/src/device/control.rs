@@ -359,30 +359,14 @@ impl ControlRuntime {
         match req {
             Request::Hello if quiet => g.frames.completions_suppressed += 1,
             Request::Hello => {
-                let msg = CompletionMsg {
-                    req_op: wire::op::HELLO,
-                    seq: header.seq,
-                    status: 0,
-                    enqueue_ns: now,
-                    start_ns: now,
-                    finish_ns: now,
-                    body: CompletionBody::Caps(sh.caps.clone()),
-                };
-                out.push(Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false });
+                let body = CompletionBody::Caps(sh.caps.clone());
+                out.push(answered_at_once(pair, src, &header, body, now));
             }
             Request::Stats(entries) => g.guest.store(&entries, now),
             Request::DevStats if quiet => g.frames.completions_suppressed += 1,
             Request::DevStats => {
-                let msg = CompletionMsg {
-                    req_op: wire::op::DEV_STATS,
-                    seq: header.seq,
-                    status: 0,
-                    enqueue_ns: now,
-                    start_ns: now,
-                    finish_ns: now,
-                    body: CompletionBody::DevStats(dev_stats(g, sh.sink.data_counters())),
-                };
-                out.push(Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false });
+                let body = CompletionBody::DevStats(dev_stats(g, sh.sink.data_counters()));
+                out.push(answered_at_once(pair, src, &header, body, now));
             }
             other => {
                 let Some(cmd) = command_of(&other) else { return };
@@ -568,6 +552,14 @@ impl ControlRuntime {
 
 /// The request's name in `frames.requests`: the engine op's own name (`Op::name`), plus
 /// the two requests the engine never sees.
+/// A successful completion of a request the device answers without its command engine
+/// (HELLO, DEV_STATS): the three timestamps are `now`.
+fn answered_at_once(pair: u16, src: [u8; 6], h: &Header, body: CompletionBody, now: u64) -> Outgoing {
+    let msg =
+        CompletionMsg { req_op: h.op, seq: h.seq, status: 0, enqueue_ns: now, start_ns: now, finish_ns: now, body };
+    Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false }
+}
+
 /// The DEV_STATS entries: the control plane's counters since the last reset and the
 /// data path's.
 fn dev_stats(g: &Inner, d: DataCounters) -> Vec<(u16, u64)> {
