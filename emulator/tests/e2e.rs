@@ -8,6 +8,23 @@ use common::{root, run_scenario};
 use serde_json::Value;
 use std::process::Command;
 
+/// Run a test script of the repository with this build's `arfsnic`; it must succeed and
+/// print `pass`.
+fn run_script(script: &str, args: &[&str], pass: &str) {
+    let o = Command::new("bash")
+        .arg(root().join(script))
+        .args(args)
+        .env("ARFSNIC", env!("CARGO_BIN_EXE_arfsnic"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{out}");
+    assert!(o.status.success(), "{script} failed ({}):\n{out}\n{err}", o.status);
+    assert!(out.contains(pass), "{out}");
+}
+
 fn smoke_toml() -> String {
     std::fs::read_to_string(root().join("configs/scenarios/smoke.toml")).unwrap()
 }
@@ -115,17 +132,7 @@ fn a_failed_boot_is_booted_once_more() {
 #[test]
 #[ignore = "needs root, QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn tap_mode_reaches_guest_echo_server() {
-    let o = Command::new("bash")
-        .arg(root().join("guest-tests/e2e/tap.sh"))
-        .env("ARFSNIC", env!("CARGO_BIN_EXE_arfsnic"))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    println!("{out}");
-    assert!(o.status.success(), "guest-tests/e2e/tap.sh failed ({}):\n{out}\n{err}", o.status);
-    assert!(out.contains("[e2e-tap] PASS"), "{out}");
+    run_script("guest-tests/e2e/tap.sh", &[], "[e2e-tap] PASS");
 }
 
 /// SIGTERM in the middle of a scenario's second run: the first run's numbers are kept in
@@ -188,17 +195,6 @@ fn sigterm_during_a_run_writes_a_partial_report() {
 #[test]
 #[ignore = "needs root, QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn soak_on_one_backend() {
-    let o = Command::new("bash")
-        .arg(root().join("guest-tests/soak.sh"))
-        .args(["--cycles", "5", "--out"])
-        .arg(root().join(".cache/e2e/soak"))
-        .env("ARFSNIC", env!("CARGO_BIN_EXE_arfsnic"))
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    println!("{out}");
-    assert!(o.status.success(), "guest-tests/soak.sh failed ({}):\n{out}\n{err}", o.status);
-    assert!(out.contains("[soak] PASS"), "{out}");
+    let out = root().join(".cache/e2e/soak");
+    run_script("guest-tests/soak.sh", &["--cycles", "5", "--out", out.to_str().unwrap()], "[soak] PASS");
 }
