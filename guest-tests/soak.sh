@@ -116,15 +116,27 @@ guest_json() { # LOG N: the N-th JSON block of the console log
     awk -v n="$2" '/^ARFSNIC-GUEST-JSON-BEGIN/ { k++; on = (k == n); next } /^ARFSNIC-GUEST-JSON-END/ { on = 0 } on' "$1" | tr -d '\r'
 }
 has_phase() { case ",$PHASES," in *",$1,"*) return 0 ;; esac; return 1; }
+# boot LOG ARGS: QEMU (no reboot) with the base command line plus ARGS, up to the
+# workload's `ready`, on a freshly reset device. Sets LOG.
+boot() {
+    local r0
+    r0=$(st device_resets)
+    LOG=$1
+    qemu_start 2 2 "$INITRD" "$BASE $2" "$LOG" -no-reboot
+    wait_console "$LOG" 'arfs-echo: ready' 1 240
+    fresh_device "$r0"
+}
+# qemu_gone: stop QEMU and wait until serve saw the link go down.
+qemu_gone() {
+    stop_pid "$QEMU_PID"
+    QEMU_PID=""
+    wait_st "not s['link_up']" 10
+}
 
 # ---- kill: QEMU killed with SIGKILL in the middle of traffic
 if has_phase kill; then
     for ((c = 1; c <= CYCLES; c++)); do
-        r0=$(st device_resets)
-        LOG=$OUTDIR/kill-$c.log
-        qemu_start 2 2 "$INITRD" "$BASE arfs.duration=600" "$LOG" -no-reboot
-        wait_console "$LOG" 'arfs-echo: ready' 1 240
-        fresh_device "$r0"
+        boot "$OUTDIR/kill-$c.log" "arfs.duration=600"
         client 3 "$OUTDIR/kill-$c.client.json"
         client_ok "$OUTDIR/kill-$c.client.json"
         wait_st "s['filter']['adds'] > 0" 10
@@ -161,19 +173,13 @@ sys.exit(0 if any(r.startswith("arfs_virtio ok") for r in g.get("rmmod", [])) el
 PY
         sample reboot "$c" "$(replies "$OUTDIR/reboot-$c.client.json")"
     done
-    stop_pid "$QEMU_PID"
-    QEMU_PID=""
-    wait_st "not s['link_up']" 10
+    qemu_gone
 fi
 
 # ---- channels: ethtool -L combined 1 <-> 2 every 2 s under traffic
 if has_phase channels; then
-    LOG=$OUTDIR/channels.log
-    r0=$(st device_resets)
     # ethtool -L itself takes a while under TCG: 3 s per change leaves room.
-    qemu_start 2 2 "$INITRD" "$BASE arfs.duration=$((3 * CYCLES + 10)) arfs.channels_cycle=2" "$LOG" -no-reboot
-    wait_console "$LOG" 'arfs-echo: ready' 1 240
-    fresh_device "$r0"
+    boot "$OUTDIR/channels.log" "arfs.duration=$((3 * CYCLES + 10)) arfs.channels_cycle=2"
     ( client $((3 * CYCLES + 6)) "$OUTDIR/channels.client.json" ) &
     CPID=$!
     for ((c = 1; c <= CYCLES; c++)); do
@@ -194,9 +200,7 @@ print(f"[soak] channels: replies per flow {per}")
 sys.exit(0 if min(per) >= 0.25 * mean else 1)
 PY
     wait_console "$LOG" 'ARFSNIC-GUEST-JSON-END' 1 120
-    stop_pid "$QEMU_PID"
-    QEMU_PID=""
-    wait_st "not s['link_up']" 10
+    qemu_gone
 fi
 
 # ---- midmsg: frontends dying in the middle of a message; QEMU killed during start-up
@@ -226,17 +230,11 @@ PY
         wait_st "not s['link_up']" 10
         sample midmsg "$c" 0
     done
-    r0=$(st device_resets)
-    LOG=$OUTDIR/midmsg-final.log
-    qemu_start 2 2 "$INITRD" "$BASE arfs.duration=5" "$LOG" -no-reboot
-    wait_console "$LOG" 'arfs-echo: ready' 1 240
-    fresh_device "$r0"
+    boot "$OUTDIR/midmsg-final.log" "arfs.duration=5"
     client 3 "$OUTDIR/midmsg-final.client.json"
     client_ok "$OUTDIR/midmsg-final.client.json"
     wait_console "$LOG" 'ARFSNIC-GUEST-JSON-END' 1 120
-    stop_pid "$QEMU_PID"
-    QEMU_PID=""
-    wait_st "not s['link_up']" 10
+    qemu_gone
 fi
 
 # ---- spoof: forged device frames from the host side of the tap
