@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Build a patched guest kernel (bzImage + a prepared tree for out-of-tree modules) from
-# Debian's linux-source-6.12, cached by the sha256 of its inputs.
+# Debian's linux-source-7.3 (trixie-backports) or linux-source-6.12 (bookworm), cached by
+# the sha256 of its inputs.
 #
-#   guest-tests/kernel/build.sh [--out DIR] [--patch FILE ...] [--no-patch] [--jobs N]
+#   guest-tests/kernel/build.sh [--base 7.3|6.12] [--out DIR] [--patch FILE|DIR ...]
+#                               [--no-patch] [--jobs N]
 #
-# Default patch set: guest-tests/kernel/patches/*.patch (in name order). --patch replaces
-# the default set (repeatable, applied in the given order); --no-patch builds the
-# unpatched source. Output: DIR/<key>/{bzImage,linux-<version>/,kernel.env,build.log}
-# (DIR defaults to .cache/kernels in the repo). A second call with the same inputs
-# returns at once. See guest-tests/kernel/README.md.
+# Default patch set: guest-tests/kernel/patches/<base>/*.patch (in name order). --patch
+# replaces the default set (repeatable; a directory means its *.patch in name order);
+# --no-patch builds the unpatched source. Output: DIR/<key>/{bzImage,linux-<version>/,
+# kernel.env,build.log} (DIR defaults to .cache/kernels in the repo). A second call with
+# the same inputs returns at once. See guest-tests/kernel/README.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 FRAGMENT="$HERE/config.fragment"
-SRC_PKG=linux-source-6.12
+BASE=7.3
 BUILD_DEPS=(flex bison bc libelf-dev libssl-dev build-essential xz-utils patch)
 # Bump when the way a cache entry is produced changes (part of the key).
 RECIPE=1
@@ -27,14 +29,28 @@ USER_PATCHES=0
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 log() { echo "build.sh: $*" >&2; }
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+add_patch() { # FILE or DIR
+    local f
+    if [ -d "$1" ]; then
+        shopt -s nullglob
+        local fs=("$1"/*.patch)
+        shopt -u nullglob
+        [ ${#fs[@]} -gt 0 ] || die "--patch $1: the directory holds no *.patch files"
+        for f in "${fs[@]}"; do PATCHES+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"); done
+    elif [ -f "$1" ]; then
+        PATCHES+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")")
+    else
+        die "--patch $1: no such file or directory"
+    fi
+}
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT=$2; shift 2 ;;
-        --patch) [ $# -ge 2 ] || die "--patch needs a file"
-                 [ -f "$2" ] || die "patch file not found: $2"
-                 PATCHES+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); USER_PATCHES=1; shift 2 ;;
+        --patch) [ $# -ge 2 ] || die "--patch needs a file or directory"
+                 add_patch "$2"; USER_PATCHES=1; shift 2 ;;
+        --base) [ $# -ge 2 ] || die "--base needs 7.3 or 6.12"; BASE=$2; shift 2 ;;
         --no-patch) NO_PATCH=1; shift ;;
         --jobs|-j) [ $# -ge 2 ] || die "--jobs needs a number"; JOBS=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -44,21 +60,35 @@ done
 case "$JOBS" in ''|*[!0-9]*) die "--jobs wants a positive number, got '$JOBS'" ;; esac
 [ "$JOBS" -ge 1 ] || die "--jobs wants a positive number"
 [ "$NO_PATCH" = 1 ] && [ "$USER_PATCHES" = 1 ] && die "--no-patch and --patch exclude each other"
+case "$BASE" in
+    7.3|6.12) SRC_PKG=linux-source-$BASE ;;
+    *) die "--base $BASE: unknown base; valid: 7.3 (Debian linux-source-7.3, trixie-backports), 6.12 (Debian linux-source-6.12, bookworm)" ;;
+esac
 if [ "$NO_PATCH" = 1 ]; then
     PATCHES=()
 elif [ "$USER_PATCHES" = 0 ]; then
     shopt -s nullglob
-    PATCHES=("$HERE"/patches/*.patch)
+    PATCHES=("$HERE/patches/$BASE"/*.patch)
     shopt -u nullglob
-    [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE/patches (use --no-patch for a plain kernel)"
+    [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE/patches/$BASE (use --no-patch for a plain kernel)"
 fi
 [ -f "$FRAGMENT" ] || die "config fragment missing: $FRAGMENT"
+# Per-base additions (optional): config-<base>.fragment, merged after config.fragment.
+OVERLAY="$HERE/config-$BASE.fragment"
+[ -f "$OVERLAY" ] || OVERLAY=""
+DROPPED=" "
+[ -n "$OVERLAY" ] && DROPPED=" $(sed -n 's/^# drop: *\(CONFIG_[A-Za-z0-9_]*\).*/\1/p' "$OVERLAY" | tr '\n' ' ')"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
 # ------------------------------------------------------------------ host packages
+# linux-source-6.12 is a bookworm package (installed with apt); linux-source-7.3 comes
+# from trixie-backports, fetched as a .deb with a private apt state (debian-apt.sh) and
+# unpacked here, so the host's apt sources stay as they are.
+HOST_PKGS=("${BUILD_DEPS[@]}")
+[ "$BASE" = 6.12 ] && HOST_PKGS+=("$SRC_PKG")
 missing=()
-for p in "$SRC_PKG" "${BUILD_DEPS[@]}"; do
+for p in "${HOST_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -67,9 +97,23 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" >&2 \
         || die "apt-get install ${missing[*]} failed"
 fi
-SRC_VERSION=$(dpkg-query -W -f='${Version}' "$SRC_PKG")
-TARBALL=$(dpkg-query -L "$SRC_PKG" | grep -E '/usr/src/linux-source-6\.12[^/]*\.tar\.(xz|bz2|gz)$' | head -n1 || true)
-[ -n "$TARBALL" ] && [ -f "$TARBALL" ] || die "$SRC_PKG $SRC_VERSION is installed but its source tarball is missing"
+if [ "$BASE" = 6.12 ]; then
+    SRC_VERSION=$(dpkg-query -W -f='${Version}' "$SRC_PKG")
+    TARBALL=$(dpkg-query -L "$SRC_PKG" | grep -E '/usr/src/linux-source-6\.12[^/]*\.tar\.(xz|bz2|gz)$' | head -n1 || true)
+    [ -n "$TARBALL" ] && [ -f "$TARBALL" ] || die "$SRC_PKG $SRC_VERSION is installed but its source tarball is missing"
+else
+    DEBS="${ARFSNIC_CACHE:-$REPO/.cache}/debs"
+    DEB=$(bash "$HERE/debian-apt.sh" download "$DEBS" "$SRC_PKG") ||
+        die "cannot fetch $SRC_PKG from Debian trixie-backports (see above); with no Debian registry reachable, put its .deb into $DEBS"
+    SRC_VERSION=$(dpkg-deb -f "$DEB" Version) || die "$DEB is not a readable .deb"
+    TARBALL="$DEBS/$SRC_PKG-$SRC_VERSION.tar.xz"
+    if [ ! -f "$TARBALL" ]; then
+        log "extracting the source tarball from $(basename "$DEB")"
+        dpkg-deb --fsys-tarfile "$DEB" | tar -xO --wildcards "./usr/src/$SRC_PKG.tar.*" > "$TARBALL.tmp" ||
+            { rm -f "$TARBALL.tmp"; die "$DEB holds no usr/src/$SRC_PKG.tar.*"; }
+        mv "$TARBALL.tmp" "$TARBALL"
+    fi
+fi
 
 # ------------------------------------------------------------------ cache key
 manifest() {
@@ -78,6 +122,7 @@ manifest() {
     local p
     for p in "${PATCHES[@]}"; do echo "patch $(sha256sum < "$p" | cut -d' ' -f1)"; done
     echo "fragment $(sha256sum < "$FRAGMENT" | cut -d' ' -f1)"
+    [ -z "$OVERLAY" ] || echo "fragment-$BASE $(sha256sum < "$OVERLAY" | cut -d' ' -f1)"
 }
 KEY=$(manifest | sha256sum | cut -c1-16)
 DIR="$OUT/$KEY"
@@ -131,23 +176,25 @@ T0=$(date +%s)
 log "key $KEY: $SRC_PKG $SRC_VERSION, ${#PATCHES[@]} patch(es), $(basename "$FRAGMENT")"
 log "unpacking $TARBALL"
 tar -xf "$TARBALL" -C "$DIR" || die "unpacking $TARBALL failed"
-[ -d "$DIR/linux-source-6.12" ] || die "unexpected tarball layout (no linux-source-6.12/)"
-VERSION=$(make -s -C "$DIR/linux-source-6.12" kernelversion 2>/dev/null) || die "cannot read the kernel version"
+[ -d "$DIR/$SRC_PKG" ] || die "unexpected tarball layout (no $SRC_PKG/)"
+VERSION=$(make -s -C "$DIR/$SRC_PKG" kernelversion 2>/dev/null) || die "cannot read the kernel version"
 TREE="$DIR/linux-$VERSION"
-mv "$DIR/linux-source-6.12" "$TREE"
+mv "$DIR/$SRC_PKG" "$TREE"
 cd "$TREE"
 
 for p in "${PATCHES[@]}"; do
     log "applying $(basename "$p")"
     patch -p1 --forward --batch < "$p" >> "$LOG" 2>&1 \
-        || { tail -n 20 "$LOG" >&2; die "patch $p does not apply to $SRC_PKG $SRC_VERSION"; }
+        || { grep -E 'FAILED|malformed|can.t find file' "$LOG" | tail -n 10 >&2
+             die "patch $(basename "$p") does not apply to $SRC_PKG $SRC_VERSION (rebase it, or try --base $([ "$BASE" = 7.3 ] && echo 6.12 || echo 7.3)); log: $OUT/$KEY.failed.log"; }
 done
 
 # ------------------------------------------------------------------ configuration
 log "make tinyconfig + $(basename "$FRAGMENT")"
 make tinyconfig >> "$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; die "make tinyconfig failed"; }
 cp "$FRAGMENT" "$DIR/config.fragment"
-scripts/kconfig/merge_config.sh -m .config "$FRAGMENT" >> "$LOG" 2>&1 \
+[ -z "$OVERLAY" ] || cp "$OVERLAY" "$DIR/"
+scripts/kconfig/merge_config.sh -m .config "$FRAGMENT" ${OVERLAY:+"$OVERLAY"} >> "$LOG" 2>&1 \
     || { tail -n 20 "$LOG" >&2; die "merge_config.sh failed"; }
 make olddefconfig >> "$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; die "make olddefconfig failed"; }
 
@@ -158,21 +205,22 @@ while IFS= read -r line; do
     line=${line%%#*}
     line=$(echo "$line" | tr -d '[:space:]')
     case "$line" in CONFIG_*=*) ;; *) continue ;; esac
+    case "$DROPPED" in *" ${line%%=*} "*) continue ;; esac
     if ! grep -qxF "$line" .config; then
         have=$(grep -E "^(# )?${line%%=*}[= ]" .config || echo "absent")
         echo "build.sh: config: want $line, final .config has: $have" >&2
         bad=1
     fi
-done < "$FRAGMENT"
+done < <(cat "$FRAGMENT" ${OVERLAY:+"$OVERLAY"})
 [ "$bad" = 0 ] || die "config fragment symbols missing from the final .config (see above)"
-log "config: all $(grep -c '^CONFIG_' "$FRAGMENT") fragment symbols set"
+log "config: all $(cat "$FRAGMENT" ${OVERLAY:+"$OVERLAY"} | grep -c '^CONFIG_') fragment symbols set${OVERLAY:+ (with $(basename "$OVERLAY"))}"
 
 # ------------------------------------------------------------------ build
 # Progress: count the objects make reports ("  CC  foo.o", "  AS", "  LD", ...) against
 # the count of the last successful build (1300-odd for this config). Without a terminal
 # a line is printed every BUILD_PROGRESS_STEP percent (default 10; `arfsnic demo` sets 1
 # and draws its own progress bar from these lines).
-EST=$(cat "$OUT/.objects" 2>/dev/null || echo 1400)
+EST=$(cat "$OUT/.objects-$BASE" 2>/dev/null || cat "$OUT/.objects" 2>/dev/null || echo 1400)
 case "$EST" in ''|*[!0-9]*) EST=1400 ;; esac
 TTY=0; [ -t 2 ] && TTY=1
 log "building bzImage + modules_prepare with $JOBS jobs (about 7-8 min on 2 cores; log: $LOG)"
@@ -194,7 +242,7 @@ if [ "$rc" != 0 ]; then
     die "kernel build failed (exit $rc)"
 fi
 [ -f arch/x86/boot/bzImage ] || die "build finished but arch/x86/boot/bzImage is missing"
-mv "$DIR/.objects" "$OUT/.objects"
+mv "$DIR/.objects" "$OUT/.objects-$BASE"
 cp arch/x86/boot/bzImage "$DIR/bzImage"
 T1=$(date +%s)
 
@@ -204,6 +252,7 @@ KERNEL=$DIR/bzImage
 KDIR=$TREE
 KEY=$KEY
 VERSION=$VERSION
+BASE=$BASE
 SOURCE="$SRC_PKG $SRC_VERSION"
 PATCHES="$(for p in "${PATCHES[@]}"; do printf '%s ' "$(basename "$p")"; done)"
 BUILD_SECONDS=$((T1 - T0))
