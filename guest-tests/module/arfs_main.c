@@ -49,6 +49,7 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/string.h>
+#include <linux/version.h>
 #include <linux/workqueue.h>
 
 #include "arfs.h"
@@ -319,11 +320,21 @@ static bool arfs_irq_has_name(unsigned int irq, const char *name)
 	return found;
 }
 
+/* nr_irqs became private in 6.13; irq_get_nr_irqs() replaced it */
+static unsigned int arfs_nr_irqs(void)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+	return irq_get_nr_irqs();
+#else
+	return nr_irqs;
+#endif
+}
+
 static int arfs_find_irq(const char *name)
 {
-	int irq;
+	unsigned int irq, n = arfs_nr_irqs();
 
-	for (irq = 1; irq < nr_irqs; irq++)
+	for (irq = 1; irq < n; irq++)
 		if (arfs_irq_has_name(irq, name))
 			return irq;
 	return -ENOENT;
