@@ -36,6 +36,18 @@ pub struct GuestKernel {
     /// Tree or headers to build the guest module against.
     pub kdir: Option<PathBuf>,
     pub release: Option<String>,
+    /// A Debian chroot whose toolchain and headers build modules for this kernel (a
+    /// stock trixie kernel's kbuild tools do not run on the bookworm host); `kdir` is
+    /// then a path inside it.
+    pub chroot: Option<PathBuf>,
+}
+
+/// The kernel names a scenario's `kernel` key and `--kernel` take (besides a path).
+pub const KERNEL_NAMES: [&str; 7] =
+    ["patched-7.3", "vanilla-7.3", "patched-6.12", "vanilla-6.12", "debian-6.1", "debian-6.12", "debian-7.3"];
+
+fn valid_kernels() -> String {
+    format!("{}, or a path to a bzImage", KERNEL_NAMES.join(", "))
 }
 
 /// `KEY=value` lines written by guest-tests/provision.sh.
@@ -54,40 +66,69 @@ pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
         .collect())
 }
 
-/// Build (or take from the cache) a kernel with guest-tests/kernel/build.sh; its stdout
-/// is `KEY=value` lines (KERNEL, KDIR, ...), its progress goes to stderr.
-fn built_kernel(label: &str, extra_args: &[&str], root: &Path) -> anyhow::Result<GuestKernel> {
+/// Run one of the kernel scripts (build.sh, debian-kernel.sh); its stdout is `KEY=value`
+/// lines (KERNEL, KDIR, ...), its progress goes to stderr.
+fn kernel_script(script: &str, args: &[&str], root: &Path) -> anyhow::Result<BTreeMap<String, String>> {
     let out = std::process::Command::new("bash")
-        .arg(root.join("guest-tests/kernel/build.sh"))
-        .args(extra_args)
+        .arg(root.join(script))
+        .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .context("running guest-tests/kernel/build.sh")?;
+        .with_context(|| format!("running {script}"))?;
     if !out.status.success() {
-        bail!("guest-tests/kernel/build.sh failed ({}); see its messages above", out.status);
+        bail!("{script} failed ({}); see its messages above", out.status);
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let get = |k: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{k}=")))
-            .map(|v| v.trim().to_string())
-            .with_context(|| format!("guest-tests/kernel/build.sh printed no {k}="))
-    };
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect())
+}
+
+fn need(vars: &BTreeMap<String, String>, script: &str, k: &str) -> anyhow::Result<String> {
+    vars.get(k).cloned().with_context(|| format!("{script} printed no {k}="))
+}
+
+/// Build (or take from the cache) a kernel with guest-tests/kernel/build.sh.
+fn built_kernel(label: &str, extra_args: &[&str], root: &Path) -> anyhow::Result<GuestKernel> {
+    const S: &str = "guest-tests/kernel/build.sh";
+    let v = kernel_script(S, extra_args, root)?;
     Ok(GuestKernel {
         label: label.to_string(),
-        image: PathBuf::from(get("KERNEL")?),
+        image: PathBuf::from(need(&v, S, "KERNEL")?),
         moddir: None,
-        kdir: Some(PathBuf::from(get("KDIR")?)),
-        release: get("VERSION").ok(),
+        kdir: Some(PathBuf::from(need(&v, S, "KDIR")?)),
+        release: v.get("VERSION").cloned(),
+        chroot: None,
+    })
+}
+
+/// A stock trixie(-backports) kernel with a chroot to build modules in
+/// (guest-tests/kernel/debian-kernel.sh, cached).
+fn debian_trixie_kernel(label: &str, series: &str, root: &Path) -> anyhow::Result<GuestKernel> {
+    const S: &str = "guest-tests/kernel/debian-kernel.sh";
+    let v = kernel_script(S, &[series], root)?;
+    Ok(GuestKernel {
+        label: label.to_string(),
+        image: PathBuf::from(need(&v, S, "KERNEL")?),
+        moddir: Some(PathBuf::from(need(&v, S, "MODDIR")?)),
+        kdir: Some(PathBuf::from(need(&v, S, "KDIR")?)),
+        release: v.get("KREL").cloned(),
+        chroot: Some(PathBuf::from(need(&v, S, "CHROOT")?)),
     })
 }
 
 pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::Result<GuestKernel> {
     match spec {
-        // linux-source-6.12 + tinyconfig fragment + the LLC-affinity patch (cached).
-        "patched-6.12" => return built_kernel(spec, &[], root),
-        // The same tree without the patch: the baseline.
-        "vanilla-6.12" => return built_kernel(spec, &["--no-patch"], root),
+        // linux-source-7.3 (trixie-backports) + tinyconfig fragment + v11 as posted (cached).
+        "patched-7.3" => return built_kernel(spec, &["--base", "7.3"], root),
+        // linux-source-6.12 + tinyconfig fragment + v11 adapted to 6.12 (cached).
+        "patched-6.12" => return built_kernel(spec, &["--base", "6.12"], root),
+        // The same trees without the patch: the baselines.
+        "vanilla-7.3" => return built_kernel(spec, &["--base", "7.3", "--no-patch"], root),
+        "vanilla-6.12" => return built_kernel(spec, &["--base", "6.12", "--no-patch"], root),
+        // The newest stock Debian 7.3 kernel (trixie-backports).
+        "debian-7.3" => return debian_trixie_kernel(spec, "7.3", root),
         _ => {}
     }
     let suffix = match spec {
@@ -112,13 +153,21 @@ pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::R
             moddir: Some(PathBuf::from(get("MODDIR")?)),
             kdir: Some(PathBuf::from(get("KDIR")?)),
             release: Some(get("KREL")?),
+            chroot: None,
         });
     }
     let image = PathBuf::from(spec);
     if !image.is_file() {
-        bail!("kernel {spec:?} is neither debian-6.1, debian-6.12, patched-6.12, vanilla-6.12 nor an existing bzImage");
+        bail!("kernel {spec:?}: no such kernel name or file; valid: {}", valid_kernels());
     }
-    Ok(GuestKernel { label: spec.to_string(), image, moddir: None, kdir: kdir.map(Path::to_path_buf), release: None })
+    Ok(GuestKernel {
+        label: spec.to_string(),
+        image,
+        moddir: None,
+        kdir: kdir.map(Path::to_path_buf),
+        release: None,
+        chroot: None,
+    })
 }
 
 /// The QEMU binary: QEMU from kernels.env, else the one on PATH.

@@ -141,6 +141,34 @@ fn sh(cmd: &mut std::process::Command, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Build the guest module the way a Debian user of that release does: the module source
+/// copied into the release's chroot, `make` there against its linux-headers package.
+fn build_module_in_chroot(mdir: &Path, chroot: &Path, kdir: &Path) -> anyhow::Result<PathBuf> {
+    let build = chroot.join("build/arfs_virtio");
+    let _ = std::fs::remove_dir_all(&build);
+    std::fs::create_dir_all(&build).with_context(|| format!("creating {}", build.display()))?;
+    for e in std::fs::read_dir(mdir).with_context(|| format!("reading {}", mdir.display()))? {
+        let p = e?.path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let source = name == "Makefile" || name == "Kbuild" || name.ends_with(".c") || name.ends_with(".h");
+        if p.is_file() && source {
+            std::fs::copy(&p, build.join(&name)).with_context(|| format!("copying {}", p.display()))?;
+        }
+    }
+    // objtool reads /proc: a private mount namespace with /proc mounted in the chroot,
+    // gone when make exits.
+    sh(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--fork", "sh", "-c"])
+            .arg(r#"mount -t proc proc "$1/proc" && exec chroot "$1" make -C /build/arfs_virtio KDIR="$2""#)
+            .arg("sh")
+            .arg(chroot)
+            .arg(kdir),
+        &format!("building the guest module in {} (guest-tests/kernel/debian-kernel.sh)", chroot.display()),
+    )?;
+    Ok(build.join("arfs_virtio.ko"))
+}
+
 /// Build the initramfs for a kernel (and the guest module when asked).
 fn build_initramfs(root: &Path, k: &env::GuestKernel, module: bool, out: &Path) -> anyhow::Result<()> {
     let mut cmd = std::process::Command::new("bash");
@@ -150,11 +178,17 @@ fn build_initramfs(root: &Path, k: &env::GuestKernel, module: bool, out: &Path) 
     if module {
         let kdir = k.kdir.as_ref().context("the guest module needs a kernel tree or headers (--kdir)")?;
         let mdir = root.join("guest-tests/module");
-        sh(
-            std::process::Command::new("make").arg("-C").arg(&mdir).arg(format!("KDIR={}", kdir.display())),
-            "building the guest module (guest-tests/module)",
-        )?;
-        cmd.arg("--module").arg(mdir.join("arfs_virtio.ko"));
+        let ko = match &k.chroot {
+            None => {
+                sh(
+                    std::process::Command::new("make").arg("-C").arg(&mdir).arg(format!("KDIR={}", kdir.display())),
+                    "building the guest module (guest-tests/module)",
+                )?;
+                mdir.join("arfs_virtio.ko")
+            }
+            Some(chroot) => build_module_in_chroot(&mdir, chroot, kdir)?,
+        };
+        cmd.arg("--module").arg(ko);
     }
     sh(&mut cmd, "building the initramfs (guest-tests/image/build-initramfs.sh)")
 }
@@ -227,6 +261,21 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     progress.set_message(format!("building the initramfs for {}", kernel.label));
     let initrd = logdir.join("initramfs.cpio.gz");
     build_initramfs(&root, &kernel, scenario.guest.module, &initrd)?;
+    // Runs that boot another kernel (`[[runs]] kernel = …`): each kernel resolved (built or
+    // fetched) and its initramfs made once, before the first run.
+    let mut run_kernels: Vec<(env::GuestKernel, PathBuf)> = Vec::new();
+    for run in scenario.runs() {
+        let spec = scenario.kernel_for(&run).to_string();
+        if spec == kernel.label || run_kernels.iter().any(|(k, _)| k.label == spec) {
+            continue;
+        }
+        progress.set_message(format!("building the initramfs for {spec} (run {})", run.label));
+        let k = env::resolve_kernel(&spec, None, &root).with_context(|| format!("run {:?}", run.label))?;
+        let i = logdir.join(format!("initramfs-{}.cpio.gz", run_kernels.len() + 1));
+        build_initramfs(&root, &k, scenario.guest.module, &i)?;
+        run_kernels.push((k, i));
+    }
+    let scenario_kernel = (kernel.clone(), initrd.clone());
 
     let first_profile = Profile::load(&resolve_profile(&scenario.profile, &root, &scenario_dir)?)?;
     let nic = Arc::new(
@@ -247,7 +296,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         progress.suspend(|| eprintln!("arfsnic: warning: scenario {}: {w}", scenario.name));
     }
     let interrupt = opts.interrupt.clone();
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         root,
         scenario,
         scenario_dir,
@@ -266,6 +315,9 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     let mut result = Ok(());
     let mut interrupted = None;
     'runs: for (i, run) in ctx.scenario.runs().iter().enumerate() {
+        let spec = ctx.scenario.kernel_for(run).to_string();
+        let (k, rd) = run_kernels.iter().find(|(k, _)| k.label == spec).unwrap_or(&scenario_kernel);
+        (ctx.kernel, ctx.initrd) = (k.clone(), rd.clone());
         let mut boot_failures: Vec<String> = Vec::new();
         let mut discarded: Vec<Discarded> = Vec::new();
         let mut boots_failed = 0;
@@ -347,8 +399,8 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         scenario: ctx.scenario.name.clone(),
-        kernel: ctx.kernel.label.clone(),
-        kernel_image: ctx.kernel.image.clone(),
+        kernel: scenario_kernel.0.label.clone(),
+        kernel_image: scenario_kernel.0.image.clone(),
         accel: ctx.accel.clone(),
         qemu_accel: Some(ctx.qemu_accel.clone()),
         queues: ctx.scenario.nic.queues,

@@ -45,7 +45,7 @@ fn append_line(s: &Scenario, run: &Run) -> String {
         // (and the console's lag in reporting `ready`) never meet a closed socket.
         format!("arfs.duration={}", s.duration_s + GUEST_TAIL_S),
         format!("arfs.rps_sock_flow_entries={}", g.rps_sock_flow_entries),
-        format!("arfs.rps_flow_cnt={}", g.rps_flow_cnt),
+        format!("arfs.rps_flow_cnt={}", s.rps_flow_cnt_for(run)),
     ];
     if !sysctls.is_empty() {
         a.push(format!("arfs.sysctl={}", sysctls.join(",")));

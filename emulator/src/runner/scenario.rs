@@ -2,6 +2,7 @@
 //! workload and a list of runs (e.g. the same scenario with a sysctl at 0 and 1).
 //! Unknown fields are rejected; errors name the file and the field.
 
+use super::env::KERNEL_NAMES;
 use crate::model::profile::{load_toml, ConfigError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -13,7 +14,8 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// `debian-6.1`, `debian-6.12`, or a path to a bzImage.
+    /// A kernel name (`patched-7.3`, `debian-7.3`, … see `runner::env::KERNEL_NAMES`) or
+    /// a path to a bzImage.
     pub kernel: String,
     /// For a bzImage: the built kernel tree (to build the guest module against).
     #[serde(default)]
@@ -212,10 +214,34 @@ pub struct Run {
     /// A different profile for this run.
     #[serde(default)]
     pub profile: Option<String>,
+    /// A different guest kernel for this run (a name, as the scenario's `kernel`).
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// A different `guest.rps_flow_cnt` for this run.
+    #[serde(default)]
+    pub rps_flow_cnt: Option<u32>,
 }
 
 fn err(field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { file: None, field: field.into(), message: message.into() }
+}
+
+/// A kernel name from `KERNEL_NAMES`, or something that looks like a path (checked when
+/// the run starts: relative paths are taken from the current directory).
+fn check_kernel(field: &str, k: &str) -> Result<(), ConfigError> {
+    if KERNEL_NAMES.contains(&k) || k.contains('/') || Path::new(k).exists() {
+        return Ok(());
+    }
+    Err(err(field, format!("{k:?} is not a kernel name; valid: {}, or a path to a bzImage", KERNEL_NAMES.join(", "))))
+}
+
+/// The kernel rounds RFS table sizes up to a power of two; a scenario says what it gets.
+fn check_pow2(field: &str, n: u32, zero_ok: bool) -> Result<(), ConfigError> {
+    if (n == 0 && zero_ok) || (n.is_power_of_two() && n <= 1 << 24) {
+        return Ok(());
+    }
+    let up = n.checked_next_power_of_two().unwrap_or(1 << 24).min(1 << 24);
+    Err(err(field, format!("{n} is not a power of two up to 16777216 (the kernel would use {up}); write {up}")))
 }
 
 pub const PATTERNS: [&str; 5] = ["none", "scheduler", "hop-within-llc", "hop-across-llc", "work-stealing"];
@@ -295,9 +321,18 @@ impl Scenario {
                 format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", ")),
             ));
         }
+        check_kernel("kernel", &self.kernel)?;
+        check_pow2("guest.rps_flow_cnt", self.guest.rps_flow_cnt, true)?;
+        check_pow2("guest.rps_sock_flow_entries", self.guest.rps_sock_flow_entries, true)?;
         for (i, r) in self.runs.iter().enumerate() {
             if r.label.is_empty() || r.label.contains(char::is_whitespace) {
                 return Err(err(&format!("runs[{i}].label"), "must be a non-empty word"));
+            }
+            if let Some(k) = &r.kernel {
+                check_kernel(&format!("runs[{i}].kernel"), k)?;
+            }
+            if let Some(n) = r.rps_flow_cnt {
+                check_pow2(&format!("runs[{i}].rps_flow_cnt"), n, true)?;
             }
         }
         for (k, val) in self.sysctls.iter().chain(self.runs.iter().flat_map(|r| r.sysctls.iter())) {
@@ -311,10 +346,26 @@ impl Scenario {
     /// The runs, or one run named "default" when none are listed.
     pub fn runs(&self) -> Vec<Run> {
         if self.runs.is_empty() {
-            vec![Run { label: "default".into(), sysctls: BTreeMap::new(), profile: None }]
+            vec![Run {
+                label: "default".into(),
+                sysctls: BTreeMap::new(),
+                profile: None,
+                kernel: None,
+                rps_flow_cnt: None,
+            }]
         } else {
             self.runs.clone()
         }
+    }
+
+    /// The kernel a run boots.
+    pub fn kernel_for<'a>(&'a self, run: &'a Run) -> &'a str {
+        run.kernel.as_deref().unwrap_or(&self.kernel)
+    }
+
+    /// The `rps_flow_cnt` a run sets on every RX queue.
+    pub fn rps_flow_cnt_for(&self, run: &Run) -> u32 {
+        run.rps_flow_cnt.unwrap_or(self.guest.rps_flow_cnt)
     }
 
     /// Scenario sysctls overlaid with a run's.
