@@ -46,6 +46,12 @@
 #define MAX_CPUS 1024
 #define RX_BUF 65536
 #define BATCH 64
+// Delivery tables (count_delivery()): open addressing, at most half full, so a probe
+// always ends at a free slot. Per worker while serving, merged into one at the end.
+#define DELIV_SLOTS 1024
+#define DELIV_MAX (DELIV_SLOTS / 2)
+#define DELIV_OUT_SLOTS 4096
+#define DELIV_OUT_MAX (DELIV_OUT_SLOTS / 2)
 
 enum pattern {
 	PAT_NONE, PAT_SCHEDULER, PAT_HOP_WITHIN_LLC, PAT_HOP_ACROSS_LLC, PAT_WORK_STEALING,
@@ -76,6 +82,24 @@ struct flow {
 	int last_worker;               // worker that served the last request (-1: none)
 };
 
+// How requests were delivered: the NAPI (RX queue) and the CPU whose softirq queued the
+// datagram to the socket (SO_INCOMING_NAPI_ID, SO_INCOMING_CPU: after RPS/RFS), and the
+// CPU that served it (sched_getcpu()). count == 0 marks a free slot.
+struct delivery {
+	unsigned napi_id;
+	int incoming_cpu;
+	int app_cpu;
+	uint64_t count;
+};
+
+struct deliv_table {
+	struct delivery *slot; // [nslots], nslots a power of two
+	uint32_t nslots;
+	uint32_t max;          // distinct triples kept at most (<= nslots / 2)
+	uint32_t used;
+	uint64_t overflow;     // requests whose triple found the table full
+};
+
 struct worker {
 	pthread_t thr;
 	int id;
@@ -92,6 +116,7 @@ struct worker {
 	uint64_t served;
 	uint32_t nflows; // work-stealing: every flow (all are in the shared set)
 	uint32_t *flows; // flow indices (unused with work-stealing)
+	struct deliv_table deliv;
 	char pad[64];
 };
 
@@ -334,6 +359,62 @@ static void sample_incoming(struct flow *f)
 		f->incoming_cpu_counts[cpu]++;
 }
 
+static int deliv_init(struct deliv_table *t, uint32_t nslots, uint32_t max)
+{
+	t->slot = calloc(nslots, sizeof(*t->slot));
+	t->nslots = nslots;
+	t->max = max;
+	t->used = 0;
+	t->overflow = 0;
+	return t->slot ? 0 : -1;
+}
+
+static void deliv_add(struct deliv_table *t, unsigned napi, int in_cpu, int app_cpu, uint64_t n)
+{
+	uint32_t h = napi * 0x9e3779b1u;
+	uint32_t mask = t->nslots - 1;
+
+	h = (h ^ (uint32_t)in_cpu) * 0x85ebca6bu;
+	h = (h ^ (uint32_t)app_cpu) * 0xc2b2ae35u;
+	h ^= h >> 16;
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		struct delivery *d = &t->slot[(h + i) & mask];
+
+		if (!d->count) {
+			if (t->used >= t->max)
+				break;
+			d->napi_id = napi;
+			d->incoming_cpu = in_cpu;
+			d->app_cpu = app_cpu;
+			d->count = n;
+			t->used++;
+			return;
+		}
+		if (d->napi_id == napi && d->incoming_cpu == in_cpu && d->app_cpu == app_cpu) {
+			d->count += n;
+			return;
+		}
+	}
+	t->overflow += n;
+}
+
+// Per request: count its (NAPI id, incoming CPU, app CPU) triple. The socket options
+// describe the newest datagram queued to the socket, which is this request only when it
+// was alone in the receive queue (docs/measuring.md, "Trade-off columns").
+static void count_delivery(struct worker *w, int fd, int app_cpu)
+{
+	int in_cpu = -1;
+	unsigned napi = 0;
+	socklen_t l = sizeof(in_cpu);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &in_cpu, &l) < 0)
+		in_cpu = -1;
+	l = sizeof(napi);
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
+		napi = 0;
+	deliv_add(&w->deliv, napi, in_cpu, app_cpu, 1);
+}
+
 static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 {
 	for (int n = 0; n < BATCH; n++) {
@@ -361,6 +442,7 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		if (ntohl(fidx) != f->idx)
 			f->flow_mismatch++;
 		int cpu = sched_getcpu();
+		count_delivery(w, f->fd, cpu);
 		uint32_t be = htonl((uint32_t)cpu);
 		memcpy(buf + 12, &be, 4);
 		f->requests++;
@@ -598,6 +680,55 @@ static int open_flow_socket(uint32_t i)
 	return fd;
 }
 
+static int deliv_cmp(const void *a, const void *b)
+{
+	const struct delivery *x = a, *y = b;
+
+	if (x->napi_id != y->napi_id)
+		return x->napi_id < y->napi_id ? -1 : 1;
+	if (x->incoming_cpu != y->incoming_cpu)
+		return x->incoming_cpu < y->incoming_cpu ? -1 : 1;
+	if (x->app_cpu != y->app_cpu)
+		return x->app_cpu < y->app_cpu ? -1 : 1;
+	return 0;
+}
+
+// The workers' delivery tables merged, sorted, as "deliveries":[[napi,incoming_cpu,
+// app_cpu,count],...] and "deliveries_overflow" (requests not in the list).
+static void print_deliveries(FILE *o)
+{
+	struct deliv_table all;
+	uint32_t n = 0;
+
+	if (deliv_init(&all, DELIV_OUT_SLOTS, DELIV_OUT_MAX) < 0)
+		die("out of memory");
+	for (uint32_t w = 0; w < cfg.workers; w++) {
+		struct deliv_table *t = &workers[w].deliv;
+
+		for (uint32_t i = 0; i < t->nslots; i++) {
+			struct delivery *d = &t->slot[i];
+
+			if (d->count)
+				deliv_add(&all, d->napi_id, d->incoming_cpu, d->app_cpu, d->count);
+		}
+		all.overflow += t->overflow;
+	}
+	// compact the used slots to the front, then sort them
+	for (uint32_t i = 0; i < all.nslots; i++)
+		if (all.slot[i].count)
+			all.slot[n++] = all.slot[i];
+	qsort(all.slot, n, sizeof(*all.slot), deliv_cmp);
+	fprintf(o, "\"deliveries\":[");
+	for (uint32_t i = 0; i < n; i++) {
+		struct delivery *d = &all.slot[i];
+
+		fprintf(o, "%s[%u,%d,%d,%llu]", i ? "," : "", d->napi_id, d->incoming_cpu, d->app_cpu,
+			(unsigned long long)d->count);
+	}
+	fprintf(o, "],\"deliveries_overflow\":%llu,", (unsigned long long)all.overflow);
+	free(all.slot);
+}
+
 static void print_json(double elapsed)
 {
 	uint64_t bad_short = 0, bad_magic = 0, recv_errors = 0, treq = 0, trep = 0, tsend_err = 0, tmis = 0;
@@ -635,6 +766,7 @@ static void print_json(double elapsed)
 		(unsigned long long)recv_errors, (unsigned long long)tmis,
 		(unsigned long long)(bad_short + bad_magic), (unsigned long long)bad_short,
 		(unsigned long long)bad_magic);
+	print_deliveries(o);
 	fprintf(o, "\"workers\":[");
 	for (uint32_t w = 0; w < cfg.workers; w++) {
 		struct worker *wk = &workers[w];
@@ -710,6 +842,8 @@ int main(int argc, char **argv)
 		wk->epfd = stealing ? shared_epfd : epoll_create1(EPOLL_CLOEXEC);
 		if (!wk->flows || wk->epfd < 0)
 			die("worker setup: %s", strerror(errno));
+		if (deliv_init(&wk->deliv, DELIV_SLOTS, DELIV_MAX) < 0)
+			die("out of memory");
 		if (stealing)
 			wk->nflows = cfg.flows;
 	}

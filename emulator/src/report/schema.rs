@@ -74,6 +74,14 @@ pub struct RunReport {
     /// Seconds of offered traffic (`None` when the traffic never started).
     pub duration_s: Option<f64>,
     pub profile: String,
+    /// The guest kernel this run booted (`patched-7.3`, `debian-6.12`), when the run
+    /// chose its own; the report's `kernel` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// `rps_flow_cnt` written to every RX queue of the guest for this run, when the run
+    /// set its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps_flow_cnt: Option<u32>,
     /// The built-in link partner's view: requests, responses, RTT, per-flow records.
     pub link: LinkStats,
     pub device: DeviceReport,
@@ -86,6 +94,20 @@ pub struct RunReport {
     pub flows_stuck_without_filter: Option<u64>,
     /// Busy share of all guest CPUs over the workload (`/proc/stat`).
     pub guest_cpu_pct: Option<f64>,
+    /// RPS IPIs the guest's CPUs received per second of the workload: `received_rps` of
+    /// `/proc/net/softnet_stat`, summed over CPUs, after minus before, over the echo
+    /// server's run time (docs/measuring.md, "Trade-off columns").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps_ipi_per_s: Option<f64>,
+    /// Requests processed in softirq (`SO_INCOMING_CPU`) on another CPU than the IRQ CPU
+    /// of the RX queue they arrived on (`SO_INCOMING_NAPI_ID`), i.e. handed to another
+    /// CPU's backlog by RPS/RFS, as a share of the requests counted (%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_pct: Option<f64>,
+    /// Requests whose RX queue's IRQ CPU is in another LLC than the CPU that served them
+    /// (`sched_getcpu()`), as a share of the requests counted (%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_llc_pct: Option<f64>,
     pub logs: RunLogs,
     /// Boots this run needed (2 after one boot failure).
     pub boot_attempts: u32,

@@ -22,7 +22,7 @@ pub fn summary_table(report: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9}  rx per queue",
+        "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9} {:>8} {:>11} {:>9}  rx per queue",
         "run",
         "requests",
         "replies",
@@ -34,6 +34,9 @@ pub fn summary_table(report: &Report) -> String {
         "filt.deliv",
         "misdeliv",
         "stuck",
+        "RPS IPI/s",
+        "remote %",
+        "cross-LLC %",
         "health"
     );
     for r in &report.runs {
@@ -41,7 +44,7 @@ pub fn summary_table(report: &Report) -> String {
         let q: Vec<String> = d.rx_packets_per_queue.iter().map(u64::to_string).collect();
         let _ = writeln!(
             s,
-            "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9}  {}",
+            "{:<14} {:>8} {:>8} {:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9} {:>8} {:>11} {:>9}  {}",
             r.label,
             l.requests,
             l.responses,
@@ -53,6 +56,9 @@ pub fn summary_table(report: &Report) -> String {
             d.filter_delivered,
             d.flows_misdelivered,
             opt(r.flows_stuck_without_filter),
+            opt(r.rps_ipi_per_s.map(f1)),
+            opt(r.remote_pct.map(f1)),
+            opt(r.cross_llc_pct.map(f1)),
             r.health.as_ref().map_or("-", |h| h.verdict.as_str()),
             q.join(" "),
         );
@@ -140,5 +146,25 @@ mod tests {
         assert_eq!(unhealthy(&fine), None);
         let degraded = Report { runs: vec![run("a", Some(Verdict::Degraded), &["guest CPU 95% busy > 90%"])], ..fine };
         assert!(unhealthy(&degraded).unwrap().contains("run a: degraded (guest CPU 95% busy > 90%)"));
+    }
+
+    #[test]
+    fn the_trade_off_columns_show_their_values_or_a_dash() {
+        let mut with = run("sysctl=1", Some(Verdict::Ok), &[]);
+        (with.rps_ipi_per_s, with.remote_pct, with.cross_llc_pct) = (Some(823.14), Some(41.25), Some(0.0));
+        let r = Report { runs: vec![with, run("old", None, &[])], ..Default::default() };
+        let t = summary_table(&r);
+        let cols = |l: &str| -> Vec<String> {
+            let line = t.lines().find(|x| x.starts_with(l)).unwrap_or_else(|| panic!("{t}"));
+            line.split_whitespace().map(str::to_string).collect()
+        };
+        let header = t.lines().nth(1).unwrap();
+        assert!(header.contains(" stuck RPS IPI/s remote % cross-LLC %    health  rx per queue"), "{t}");
+        // run requests replies lost p50 p99 steer adds filt misdeliv stuck | the three | health
+        assert_eq!(cols("sysctl=1 ")[11..15], ["823.1", "41.2", "0.0", "ok"], "{t}");
+        assert_eq!(cols("old ")[11..15], ["-", "-", "-", "-"], "{t}");
+        // every line as wide as the header up to the queue list
+        let at = header.find("  rx per queue").unwrap();
+        assert!(t.lines().skip(2).take(2).all(|l| l.len() >= at && l[..at].ends_with(['k', '-'])), "{t}");
     }
 }

@@ -6,6 +6,7 @@ use crate::device::snapshot::RuleView;
 use crate::report::schema::FlowView;
 use crate::traffic::partner::LinkStats;
 use serde_json::Value;
+use std::collections::HashMap;
 
 /// A flow without a filter counts as stuck only after its requests have gone through RSS
 /// for this long. A flow whose filter the driver just expired is re-steered at its next
@@ -18,25 +19,41 @@ fn first_cpu(list: &str) -> Option<u32> {
     list.split([',', '-']).next()?.trim().parse().ok()
 }
 
+/// The LLC group index of each guest CPU, from the workload's `llc_groups` (lists of CPU
+/// ids, read from `/sys/devices/system/cpu/cpu*/cache/index3`); a CPU listed in two
+/// groups belongs to the first.
+pub(super) fn llc_groups(guest: &Value) -> HashMap<u32, usize> {
+    let mut of = HashMap::new();
+    for (g, cpus) in guest["workload"]["llc_groups"].as_array().into_iter().flatten().enumerate() {
+        for cpu in cpus.as_array().into_iter().flatten().filter_map(Value::as_u64) {
+            if let Ok(cpu) = u32::try_from(cpu) {
+                of.entry(cpu).or_insert(g);
+            }
+        }
+    }
+    of
+}
+
+/// The IRQ CPU of each RX queue, by queue index: the first CPU of the queue's input IRQ
+/// `effective_affinity_list`.
+pub(super) fn irq_cpu_per_queue(guest: &Value) -> Vec<Option<u32>> {
+    guest["irqs_input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| q["effective_affinity_list"].as_str().and_then(first_cpu))
+        .collect()
+}
+
 /// Per-flow view and the stuck-flow verdict. A flow is *stuck without filter* when it
 /// was answered during the run, no filter for it is live in the device at the end, its
 /// requests have gone through RSS for at least [`STUCK_AFTER_MS`], and the CPU serving
 /// it is in another LLC than the IRQ CPU of the queue its packets hit.
 pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_start_ns: u64) -> Vec<FlowView> {
-    let llc: Vec<Vec<u64>> = guest["workload"]["llc_groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|g| g.as_array().into_iter().flatten().filter_map(Value::as_u64).collect())
-        .collect();
-    let group_of = |cpu: u32| llc.iter().position(|g| g.contains(&u64::from(cpu)));
-    let irq_cpu: Vec<Option<u32>> = guest["irqs_input"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|q| q["effective_affinity_list"].as_str().and_then(first_cpu))
-        .collect();
-    let by_tuple: std::collections::HashMap<&str, &RuleView> = rules.iter().map(|r| (r.flow.as_str(), r)).collect();
+    let llc = llc_groups(guest);
+    let group_of = |cpu: u32| llc.get(&cpu).copied();
+    let irq_cpu = irq_cpu_per_queue(guest);
+    let by_tuple: HashMap<&str, &RuleView> = rules.iter().map(|r| (r.flow.as_str(), r)).collect();
     link.per_flow
         .iter()
         .map(|f| {

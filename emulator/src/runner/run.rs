@@ -412,6 +412,9 @@ pub(crate) fn run_one(
     let flows = flows::flow_view(&link, &guest, &rules, window.0);
     let stuck = flows.iter().filter(|f| f.stuck_without_filter).count() as u64;
     let guest_cpu_pct = flows::guest_cpu_pct(&guest);
+    // The trade-off columns (docs/measuring.md): RPS IPIs/s and where requests went.
+    let rps_ipi_per_s = super::delivery::rps_ipi_per_s(&guest);
+    let deliveries = super::delivery::deliveries(&guest);
     let system: GuestSystem = serde_json::from_value(guest)
         .with_context(|| format!("the guest's JSON block has an unexpected shape (see {})", q.serial_log.display()))?;
     let mut report = RunReport {
@@ -419,6 +422,8 @@ pub(crate) fn run_one(
         sysctls: s.sysctls_for(run),
         duration_s: traffic_started.map(|_| traffic_for.as_secs_f64()),
         profile: profile.name.clone(),
+        kernel: None,
+        rps_flow_cnt: None,
         link,
         device,
         guest_rx_packets_per_queue: guest_q,
@@ -426,6 +431,9 @@ pub(crate) fn run_one(
         flows,
         flows_stuck_without_filter: s.guest.module.then_some(stuck),
         guest_cpu_pct,
+        rps_ipi_per_s,
+        remote_pct: deliveries.and_then(|d| d.remote_pct()),
+        cross_llc_pct: deliveries.and_then(|d| d.cross_llc_pct()),
         logs: RunLogs { serial: q.serial_log.clone(), qemu_stderr: q.stderr_log.clone() },
         boot_attempts: 0,
         boot_failures: Vec::new(),
