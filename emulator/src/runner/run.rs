@@ -328,8 +328,10 @@ pub(crate) fn run_one(
                             &format!("the guest's JSON block exceeds {} MiB", MAX_GUEST_JSON >> 20),
                         ));
                     }
+                    // No newline between pieces: the reader cuts console lines longer
+                    // than MAX_SERIAL_LINE (a 1024-flow report is ~260 KB on one line), and
+                    // between JSON tokens a newline is only whitespace.
                     guest_json.push_str(&line);
-                    guest_json.push('\n');
                 } else if line.contains("arfs-echo: ready") && traffic_started.is_none() {
                     partner.start().map_err(|e| anyhow!("traffic: {e}"))?;
                     ctl.arm_schedule();
