@@ -43,6 +43,13 @@ pub struct Row {
     /// `steer_same` calls (the rule already pointed at the requested queue) as a share of
     /// all steer calls; Steer-C/s counts them, as funccount would.
     pub steer_same_pct: Option<f64>,
+    /// RPS IPIs the guest received per second of the workload (docs/measuring.md,
+    /// "Trade-off columns").
+    pub rps_ipi_per_s: Option<f64>,
+    /// Requests handed to another CPU's backlog (softirq CPU != IRQ CPU of their queue), %.
+    pub remote_pct: Option<f64>,
+    /// Requests whose queue's IRQ CPU is in another LLC than the serving CPU, %.
+    pub cross_llc_pct: Option<f64>,
     /// The run's health verdict (`ok`, `degraded`, `invalid`), `-` for reports without one.
     pub health: String,
 }
@@ -73,6 +80,9 @@ fn row_of(scenario: &str, r: &RunReport) -> Row {
         guest_cpu_pct: r.guest_cpu_pct,
         stuck_flows: r.flows_stuck_without_filter,
         steer_same_pct: r.health.as_ref().and_then(|h| h.steer_same_pct),
+        rps_ipi_per_s: r.rps_ipi_per_s,
+        remote_pct: r.remote_pct,
+        cross_llc_pct: r.cross_llc_pct,
         health: r.health.as_ref().map_or("-", |h| h.verdict.as_str()).to_string(),
     }
 }
@@ -157,7 +167,7 @@ fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
     })
 }
 
-const HEADER: [&str; 15] = [
+const HEADER: [&str; 18] = [
     "scenario",
     "sysctl",
     "Steer-C/s",
@@ -172,6 +182,9 @@ const HEADER: [&str; 15] = [
     "guest CPU %",
     "stuck",
     "same %",
+    "RPS IPI/s",
+    "remote %",
+    "cross-LLC %",
     "health",
 ];
 
@@ -191,6 +204,9 @@ fn cells(r: &Row) -> Vec<String> {
         opt(r.guest_cpu_pct, 1),
         opt_u(r.stuck_flows),
         opt(r.steer_same_pct, 1),
+        opt(r.rps_ipi_per_s, 1),
+        opt(r.remote_pct, 1),
+        opt(r.cross_llc_pct, 1),
         r.health.clone(),
     ]
 }
@@ -279,7 +295,8 @@ pub fn csv(rows: &[Row]) -> String {
     let u = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
     let mut out = String::from(
         "scenario,label,sysctl,steer_c_per_s,add_per_s,mod_per_s,del_per_s,add_errors,lock_contended_pct,\
-         lock_wait_us_per_s,rtt_p50_us,rtt_p99_us,guest_cpu_pct,stuck_flows,steer_same_pct,health\n",
+         lock_wait_us_per_s,rtt_p50_us,rtt_p99_us,guest_cpu_pct,stuck_flows,steer_same_pct,health,\
+         rps_ipi_per_s,remote_pct,cross_llc_pct\n",
     );
     for r in rows {
         let fields = [
@@ -299,6 +316,9 @@ pub fn csv(rows: &[Row]) -> String {
             u(r.stuck_flows),
             f(r.steer_same_pct),
             csv_field(&r.health),
+            f(r.rps_ipi_per_s),
+            f(r.remote_pct),
+            f(r.cross_llc_pct),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -356,6 +376,9 @@ mod tests {
             },
             guest_cpu_pct: Some(60.0),
             flows_stuck_without_filter: Some(0),
+            rps_ipi_per_s: Some(525.6),
+            remote_pct: Some(32.3),
+            cross_llc_pct: Some(64.8),
             ..Default::default()
         }
     }
@@ -428,6 +451,7 @@ mod tests {
         assert_eq!(w0.rtt_p99_us, Some(73215.0));
         assert_eq!(w0.guest_cpu_pct, Some(60.0));
         assert_eq!(w0.stuck_flows, Some(0));
+        assert_eq!((w0.rps_ipi_per_s, w0.remote_pct, w0.cross_llc_pct), (Some(525.6), Some(32.3), Some(64.8)));
         assert_eq!(rs[1].sysctl, "1");
         assert_eq!(rs[1].steer_c_per_s, Some(4.0));
 
@@ -507,9 +531,9 @@ mod tests {
         let lines: Vec<&str> = c.lines().collect();
         assert_eq!(lines.len(), 5);
         assert!(lines[0].starts_with("scenario,label,sysctl,steer_c_per_s,"));
-        assert_eq!(lines[0].split(',').count(), 16);
-        assert_eq!(lines[1], "llc-within,sysctl=0,0,800,5,626.4,0.1,3,3.5,200000,485,73215,60,0,,-");
-        assert_eq!(lines[4], "llc-across,sysctl=1,1,630,5,600,0.1,3,2.25,1234.5,320,190000,38.25,3,,-");
+        assert_eq!(lines[0].split(',').count(), 19);
+        assert_eq!(lines[1], "llc-within,sysctl=0,0,800,5,626.4,0.1,3,3.5,200000,485,73215,60,0,,-,525.6,32.3,64.8");
+        assert_eq!(lines[4], "llc-across,sysctl=1,1,630,5,600,0.1,3,2.25,1234.5,320,190000,38.25,3,,-,525.6,32.3,64.8");
     }
 
     #[test]
@@ -548,7 +572,7 @@ mod tests {
         assert_eq!(lines.iter().filter(|l| l.starts_with("| llc-")).count(), 4);
         assert!(
             m.contains(
-                "| llc-within | 0 | 800.0 | 5.0 | 626.4 | 0.1 | 3 | 3.50 | 200000.0 | 485 | 73215 | 60.0 | 0 | - | - |"
+                "| llc-within | 0 | 800.0 | 5.0 | 626.4 | 0.1 | 3 | 3.50 | 200000.0 | 485 | 73215 | 60.0 | 0 | - | 525.6 | 32.3 | 64.8 | - |"
             ),
             "{m}"
         );
@@ -571,10 +595,10 @@ mod tests {
         assert_eq!((rs[0].add_errors, rs[0].stuck_flows, rs[0].lock_contended_pct), (None, None, None));
         let t = table(&rs);
         let row = t.lines().find(|l| l.starts_with("broken")).unwrap_or_else(|| panic!("{t}"));
-        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 12, "{row}");
+        assert_eq!(row.split_whitespace().filter(|c| *c == "-").count(), 15, "{row}");
         assert!(!t.contains("Steer-C/s at sysctl=1"));
         let c = csv(&rs);
-        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,0,0,,,,-");
+        assert_eq!(c.lines().nth(1).unwrap(), "\"broken, \"\"quoted\"\"\",empty,-,,,,,,,,0,0,,,,-,,,");
         let svg = svg_chart(&rs, "t").unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("arfs_llc_affinity unset"));
         assert!(svg_chart(&[], "empty").unwrap().starts_with("<svg"));
