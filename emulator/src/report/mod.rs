@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod chart;
 pub mod results;
 pub mod schema;
+pub mod sweep;
 pub mod table;
 
 pub use schema::{Report, RunReport, SCHEMA_VERSION};

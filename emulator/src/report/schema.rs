@@ -459,6 +459,20 @@ impl Report {
         // Plain data (strings, numbers, maps with string keys): serialisation cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+
+    /// The report without its per-flow records (`link.per_flow`, `flows`, the guest
+    /// workload's `flows`): what a committed results file needs for the tables, a tenth
+    /// or less of the size with hundreds of flows.
+    pub fn without_per_flow(mut self) -> Report {
+        for r in &mut self.runs {
+            r.link.per_flow.clear();
+            r.flows.clear();
+            if let Some(w) = r.guest.system.other.get_mut("workload").and_then(Value::as_object_mut) {
+                w.remove("flows");
+            }
+        }
+        self
+    }
 }
 
 impl RunReport {

@@ -330,6 +330,8 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
             }
             match run_one(&ctx, &emu, &backend, run, i, attempt) {
                 Ok(mut v) => {
+                    v.kernel = Some(ctx.kernel.label.clone());
+                    v.rps_flow_cnt = Some(ctx.scenario.rps_flow_cnt_for(run));
                     v.boot_attempts = boots_failed + 1;
                     v.boot_failures = std::mem::take(&mut boot_failures);
                     let health = v.health.clone().unwrap_or_default();

@@ -325,8 +325,11 @@ impl Scenario {
         check_pow2("guest.rps_flow_cnt", self.guest.rps_flow_cnt, true)?;
         check_pow2("guest.rps_sock_flow_entries", self.guest.rps_sock_flow_entries, true)?;
         for (i, r) in self.runs.iter().enumerate() {
-            if r.label.is_empty() || r.label.contains(char::is_whitespace) {
-                return Err(err(&format!("runs[{i}].label"), "must be a non-empty word"));
+            if r.label.is_empty() || r.label.contains(char::is_whitespace) || r.label.contains(['/', '\\']) {
+                return Err(err(
+                    &format!("runs[{i}].label"),
+                    "must be a non-empty word without '/' (it names log files)",
+                ));
             }
             if let Some(k) = &r.kernel {
                 check_kernel(&format!("runs[{i}].kernel"), k)?;
