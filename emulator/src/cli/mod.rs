@@ -17,8 +17,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Provision, build the patched kernel (cached), run llc-within and llc-across with
+    /// Provision, build the patched 7.3 kernel (cached), run llc-within and llc-across with
     /// net.core.arfs_llc_affinity 0 and 1, print the steer-rate table, write JSON/CSV/SVG.
+    /// --patch builds a kernel with your patch instead.
     Demo(DemoArgs),
     /// Show where the emulated NIC would deliver one flow (RSS hash, slot, queue, filter).
     Classify(classify::ClassifyArgs),
@@ -48,7 +49,8 @@ pub struct RunArgs {
     /// auto (KVM if it really works, else TCG), kvm or tcg; overrides the scenario.
     #[arg(long)]
     pub accel: Option<String>,
-    /// Guest kernel: debian-6.1, debian-6.12 or a bzImage path; overrides the scenario.
+    /// Guest kernel: a name (patched-7.3, patched-6.12, vanilla-7.3, vanilla-6.12,
+    /// debian-6.1, debian-6.12, debian-7.3) or a bzImage path; overrides the scenario.
     #[arg(long)]
     pub kernel: Option<String>,
     /// Kernel tree to build the guest module against (with --kernel PATH).
@@ -95,6 +97,13 @@ pub struct ResultsArgs {
     /// The marker name for --update.
     #[arg(long)]
     pub name: Option<String>,
+    /// Print the rps_flow_cnt sweep of each report (one row per rps_flow_cnt, a column
+    /// group per kernel, the old/new Steer-C ratio) instead of the steer-rate table.
+    #[arg(long)]
+    pub sweep: bool,
+    /// With --sweep: also write the Steer-C vs rps_flow_cnt line plot here (SVG).
+    #[arg(long, value_name = "FILE", requires = "sweep")]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -108,12 +117,25 @@ pub struct DemoArgs {
     /// auto (KVM if it really works, else TCG), kvm or tcg.
     #[arg(long, value_parser = ["auto", "kvm", "tcg"])]
     pub accel: Option<String>,
-    /// Bring your own kernel: a bzImage to boot instead of the built patched-6.12.
-    #[arg(long, requires = "kdir")]
+    /// Guest kernel instead of the scenarios' (patched-7.3): a kernel name (patched-6.12,
+    /// debian-7.3, …) or a bzImage (with --kdir).
+    #[arg(long, conflicts_with = "patch")]
     pub kernel: Option<String>,
-    /// The tree the --kernel was built from (to build the guest module against).
+    /// The tree a --kernel bzImage was built from (to build the guest module against).
     #[arg(long, requires = "kernel")]
     pub kdir: Option<PathBuf>,
+    /// Bring your own patch: build (cached by content) a kernel from Debian's source of
+    /// --base with this patch, or with every *.patch of this directory in name order,
+    /// instead of the LLC-affinity patch; repeatable.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub patch: Vec<PathBuf>,
+    /// With --patch: the Debian source to apply it to.
+    #[arg(long, value_parser = ["7.3", "6.12"], default_value = "7.3", requires = "patch")]
+    pub base: String,
+    /// Replace each scenario's runs with one run per value of a sysctl: KEY=V0,V1,…
+    /// (e.g. net.core.arfs_llc_affinity=0,1).
+    #[arg(long, value_name = "KEY=V0,V1", value_parser = crate::runner::demo::parse_sysctl_sweep)]
+    pub sysctl: Option<(String, Vec<String>)>,
     /// Do not run guest-tests/provision.sh (it runs when the demo runs as root).
     #[arg(long)]
     pub no_provision: bool,
@@ -213,6 +235,9 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         None => println!("{text}"),
     }
     print!("{}", crate::report::table::summary_table(&report));
+    if let Some(sw) = crate::report::sweep::sweep(&report) {
+        print!("\n{}", crate::report::sweep::table(&sw));
+    }
     if let Some(sig) = &report.interrupted {
         return Err(crate::runner::Interrupted(sig.clone()).into());
     }
@@ -254,6 +279,9 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
         accel: a.accel.clone(),
         kernel: a.kernel.clone(),
         kdir: a.kdir.clone(),
+        patch: a.patch.clone(),
+        base: a.base.clone(),
+        sysctl: a.sysctl.clone(),
         no_provision: a.no_provision,
         quiet: a.quiet,
         repeat: a.repeat,
@@ -290,6 +318,9 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
 /// `arfsnic results`: the steer-rate table of report files, printed or written between
 /// a document's markers, so README and docs/results.md are regenerated, not retyped.
 fn results(a: &ResultsArgs) -> anyhow::Result<()> {
+    if a.sweep {
+        return sweep_results(a);
+    }
     let mut rows = Vec::new();
     for p in &a.reports {
         rows.extend(crate::report::results::rows(&crate::report::Report::load(p, "report")?));
@@ -304,13 +335,25 @@ fn results(a: &ResultsArgs) -> anyhow::Result<()> {
         print!("{table}");
         return Ok(());
     };
+    update_between_markers(file, name, &table, &a.reports, rows.len())
+}
+
+/// Replace what stands between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in
+/// FILE with `table`, noting the report files it came from.
+fn update_between_markers(
+    file: &std::path::Path,
+    name: &str,
+    table: &str,
+    reports: &[PathBuf],
+    rows: usize,
+) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("--update {}: {e}", file.display()))?;
     let (open, close) = (format!("<!-- results:{name} -->"), format!("<!-- /results:{name} -->"));
     let (Some(i), Some(j)) = (text.find(&open), text.find(&close)) else {
         anyhow::bail!("--update {}: no {open} ... {close} markers in it", file.display());
     };
     anyhow::ensure!(i < j, "--update {}: {close} comes before {open}", file.display());
-    let sources: Vec<String> = a.reports.iter().map(|p| p.display().to_string()).collect();
+    let sources: Vec<String> = reports.iter().map(|p| p.display().to_string()).collect();
     let new = format!(
         "{}{open}\n<!-- generated by `arfsnic results` from {}; do not edit by hand -->\n{table}{}",
         &text[..i],
@@ -318,8 +361,39 @@ fn results(a: &ResultsArgs) -> anyhow::Result<()> {
         &text[j..]
     );
     std::fs::write(file, new).map_err(|e| anyhow::anyhow!("--update {}: {e}", file.display()))?;
-    eprintln!("updated {} ({name}: {} rows)", file.display(), rows.len());
+    eprintln!("updated {} ({name}: {rows} rows)", file.display());
     Ok(())
+}
+
+/// `arfsnic results --sweep`: Krishna's table from sweep reports.
+fn sweep_results(a: &ResultsArgs) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for p in &a.reports {
+        let r = crate::report::Report::load(p, "report")?;
+        let s = crate::report::sweep::sweep(&r).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: its runs do not vary rps_flow_cnt (no sweep; see configs/scenarios/rps-flow-cnt-sweep.toml)",
+                p.display()
+            )
+        })?;
+        text += &match (a.markdown, a.update.is_some()) {
+            (true, _) => crate::report::sweep::markdown(&s),
+            (false, true) => format!("```\n{}```\n", crate::report::sweep::table(&s)),
+            (false, false) => crate::report::sweep::table(&s),
+        };
+        if let Some(svg) = &a.svg {
+            std::fs::write(svg, crate::report::sweep::svg(&s)?)
+                .map_err(|e| anyhow::anyhow!("--svg {}: {e}", svg.display()))?;
+            eprintln!("wrote {}", svg.display());
+        }
+    }
+    match (&a.update, &a.name) {
+        (Some(file), Some(name)) => update_between_markers(file, name, &text, &a.reports, a.reports.len()),
+        _ => {
+            print!("{text}");
+            Ok(())
+        }
+    }
 }
 
 fn profile_check(file: &std::path::Path) -> anyhow::Result<()> {

@@ -1,13 +1,17 @@
 //! `arfsnic demo`: the whole story in one command. Provision what is missing (QEMU 10,
 //! Debian guest kernels, busybox; guest-tests/provision.sh), build the kernel carrying the
-//! LLC-affinity patch once (guest-tests/kernel/build.sh, cached), run the `llc-within` and
-//! `llc-across` scenarios with net.core.arfs_llc_affinity at 0 and 1, print the steer-rate
-//! table (the CLI writes JSON, CSV and an SVG chart into the output directory).
+//! LLC-affinity patch once (Debian's linux-source-7.3 + v11 as posted;
+//! guest-tests/kernel/build.sh, cached), run the `llc-within` and `llc-across` scenarios
+//! with net.core.arfs_llc_affinity at 0 and 1, print the steer-rate table (the CLI writes
+//! JSON, CSV and an SVG chart into the output directory). `--patch` builds a kernel with
+//! the developer's own patch or series instead, `--sysctl KEY=V0,V1` sets the runs.
 
 use crate::report::schema::Report;
+use crate::runner::scenario::{Run, Scenario};
 use crate::runner::{self, env, RunOptions};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,9 +25,14 @@ pub struct DemoOptions {
     /// Scenario names (configs/scenarios/NAME.toml) or paths.
     pub scenarios: Vec<String>,
     pub accel: Option<String>,
-    /// Bring your own kernel: a bzImage instead of the scenarios' patched-6.12.
+    /// Another kernel than the scenarios': a name (`patched-6.12`, …) or a bzImage.
     pub kernel: Option<String>,
     pub kdir: Option<PathBuf>,
+    /// Bring your own patch (files or directories of *.patch), built on `base`.
+    pub patch: Vec<PathBuf>,
+    pub base: String,
+    /// One run per value of this sysctl instead of each scenario's runs.
+    pub sysctl: Option<(String, Vec<String>)>,
     /// Skip guest-tests/provision.sh even when running as root.
     pub no_provision: bool,
     pub quiet: bool,
@@ -79,11 +88,51 @@ fn provision(root: &Path, o: &DemoOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Build the patched kernel (or find it in the cache) with a progress bar drawn from
-/// build.sh's `building: NN%` lines.
-fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<()> {
+/// `--sysctl KEY=V0,V1,…`.
+pub fn parse_sysctl_sweep(s: &str) -> Result<(String, Vec<String>), String> {
+    let (k, vs) =
+        s.split_once('=').ok_or_else(|| format!("{s:?}: expected KEY=V0,V1 (e.g. net.core.arfs_llc_affinity=0,1)"))?;
+    let k = k.trim();
+    if k.is_empty() || k.contains([' ', ',']) {
+        return Err(format!("{s:?}: the sysctl name is empty or holds spaces or commas"));
+    }
+    let vals: Vec<String> = vs.split(',').map(|v| v.trim().to_string()).collect();
+    if vals.iter().any(|v| v.is_empty() || v.contains([' ', '='])) {
+        return Err(format!("{s:?}: values are a comma-separated list without spaces, e.g. {k}=0,1"));
+    }
+    Ok((k.to_string(), vals))
+}
+
+/// A kernel the demo builds itself: the build.sh arguments for a kernel name, or for
+/// --patch; None for kernels it does not build (stock Debian ones, a bzImage).
+fn build_args(o: &DemoOptions) -> anyhow::Result<Option<Vec<String>>> {
+    if !o.patch.is_empty() {
+        let mut a = vec!["--base".to_string(), o.base.clone()];
+        for p in &o.patch {
+            if !p.exists() {
+                bail!("--patch {}: no such file or directory", p.display());
+            }
+            a.push("--patch".into());
+            a.push(p.display().to_string());
+        }
+        return Ok(Some(a));
+    }
+    let args: &[&str] = match o.kernel.as_deref() {
+        None | Some("patched-7.3") => &["--base", "7.3"],
+        Some("patched-6.12") => &["--base", "6.12"],
+        Some("vanilla-7.3") => &["--base", "7.3", "--no-patch"],
+        Some("vanilla-6.12") => &["--base", "6.12", "--no-patch"],
+        Some(_) => return Ok(None),
+    };
+    Ok(Some(args.iter().map(|s| s.to_string()).collect()))
+}
+
+/// Build a kernel (or find it in the cache) with a progress bar drawn from build.sh's
+/// `building: NN%` lines; returns build.sh's `KEY=value` lines (KERNEL, KDIR, KEY, …).
+fn build_kernel(root: &Path, args: &[String], quiet: bool) -> anyhow::Result<BTreeMap<String, String>> {
     let mut child = Command::new("bash")
         .arg(root.join("guest-tests/kernel/build.sh"))
+        .args(args)
         .env("BUILD_PROGRESS_STEP", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -91,7 +140,7 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<()> {
         .context("running guest-tests/kernel/build.sh")?;
     let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(100) };
     bar.set_style(
-        ProgressStyle::with_template("building the patched kernel {bar:40} {pos:>3}% [{elapsed_precise}] {msg}")
+        ProgressStyle::with_template("building the kernel {bar:40} {pos:>3}% [{elapsed_precise}] {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(500));
@@ -129,12 +178,40 @@ fn build_patched_kernel(root: &Path, quiet: bool) -> anyhow::Result<()> {
     }
     if cached {
         bar.finish_and_clear();
-        eprintln!("demo: patched kernel found in the cache");
+        eprintln!("demo: kernel found in the cache ({})", args.join(" "));
     } else {
         bar.set_position(100);
         bar.finish();
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+/// The scenario file a demo run uses: the scenario itself, or with `--sysctl` a copy
+/// (in `out/scenarios/`) whose runs are one per value.
+fn scenario_for_run(path: &Path, o: &DemoOptions) -> anyhow::Result<PathBuf> {
+    let Some((key, vals)) = &o.sysctl else { return Ok(path.to_path_buf()) };
+    let mut s = Scenario::load(path)?;
+    s.runs = vals
+        .iter()
+        .map(|v| Run {
+            label: format!("{}={v}", key.rsplit('.').next().unwrap_or(key)),
+            sysctls: BTreeMap::from([(key.clone(), v.clone())]),
+            profile: None,
+            kernel: None,
+            rps_flow_cnt: None,
+        })
+        .collect();
+    s.validate().map_err(|e| anyhow::anyhow!("--sysctl: {e}"))?;
+    let dir = o.out.join("scenarios");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join(path.file_name().unwrap_or_default());
+    std::fs::write(&file, toml::to_string(&s).context("writing the scenario for --sysctl")?)
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
 }
 
 /// configs/scenarios/NAME.toml, or a path.
@@ -160,8 +237,26 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
     let provision_s = t0.elapsed().as_secs_f64();
 
     let t1 = Instant::now();
-    if o.kernel.is_none() {
-        build_patched_kernel(&root, o.quiet)?;
+    if let Some(k) = &o.kernel {
+        let named = env::KERNEL_NAMES.contains(&k.as_str());
+        if !named && o.kdir.is_none() {
+            bail!(
+                "--kernel {k}: not a kernel name ({}); a bzImage also needs --kdir TREE",
+                env::KERNEL_NAMES.join(", ")
+            );
+        }
+    }
+    // The kernel the runs boot: --kernel as given, the one built from --patch, or each
+    // scenario's own (patched-7.3 for the default scenarios; built here with a progress bar).
+    let (mut kernel, mut kdir) = (o.kernel.clone(), o.kdir.clone());
+    if let Some(args) = build_args(o)? {
+        let built = build_kernel(&root, &args, o.quiet)?;
+        if !o.patch.is_empty() {
+            let get = |k: &str| built.get(k).cloned().with_context(|| format!("build.sh printed no {k}="));
+            eprintln!("demo: your kernel: {} (cache key {})", get("KERNEL")?, get("KEY")?);
+            kernel = Some(get("KERNEL")?);
+            kdir = Some(PathBuf::from(get("KDIR")?));
+        }
     }
     let kernel_s = t1.elapsed().as_secs_f64();
 
@@ -170,10 +265,11 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
     for (spec, path) in o.scenarios.iter().zip(&paths) {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| spec.clone());
         eprintln!("demo: scenario {name} ({})", path.display());
+        let path = &scenario_for_run(path, o)?;
         let opts = RunOptions {
             accel: o.accel.clone(),
-            kernel: o.kernel.clone(),
-            kdir: o.kdir.clone(),
+            kernel: kernel.clone(),
+            kdir: kdir.clone(),
             logdir: Some(o.out.join("logs").join(&name)),
             quiet: o.quiet,
             interrupt: o.interrupt.clone(),
