@@ -31,11 +31,17 @@ if [ "$(id -u)" = 0 ]; then
 else
     echo "SKIPPED: tests/traffic_tap.rs needs root (it creates tap devices); run this script as root" >&2
 fi
+step "stock Debian 7.3 (trixie-backports) and its trixie chroot for module builds"
+bash guest-tests/kernel/debian-kernel.sh 7.3
 cargo test --locked --release --test e2e --test e2e_arfs -- --ignored --test-threads=1 --nocapture
 
-step "fidelity: the LLC-affinity patch on the emulated NIC (patched 6.12, built once and cached)"
-KERNEL_ENV=$(bash guest-tests/kernel/build.sh)
+step "Krishna Kumar's rps_flow_cnt table: stock 6.12 vs stock 7.3 (docs/scenarios.md)"
+cargo test --locked --release --test e2e_sweep -- --ignored --test-threads=1 --nocapture
+
+step "fidelity: the LLC-affinity patch on the emulated NIC (v11 as posted on 7.3, the adaptation on 6.12; built once and cached)"
+KERNEL_ENV=$(bash guest-tests/kernel/build.sh --base 7.3)
 echo "$KERNEL_ENV"
+bash guest-tests/kernel/build.sh --base 6.12
 
 step "checkpatch --strict on the guest module (the patched kernel's scripts/checkpatch.pl)"
 KDIR=$(printf '%s\n' "$KERNEL_ENV" | sed -n 's/^KDIR=//p' | tail -n1)
@@ -57,3 +63,6 @@ cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --noc
 
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture
+
+step "demo --patch: your own series built (cached by content) and run; a stale patch named, nothing cached"
+cargo test --locked --release --test e2e_demo_patch -- --ignored --test-threads=1 --nocapture

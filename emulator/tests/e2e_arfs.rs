@@ -1,4 +1,5 @@
 //! End-to-end tests of the guest aRFS path: the `arfs_virtio` module in stock Debian
+//! 7.3 (trixie-backports; the module built in a trixie chroot against its headers),
 //! 6.12 and 6.1 guests, steering through the in-band control protocol. Ignored by a
 //! plain `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
 
@@ -67,6 +68,17 @@ fn check_steering(r: &Report) {
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn steering_on_debian_6_12() {
     check_steering(&run_scenario("arfs-6.12", &steer_toml("debian-6.12", 8), &[]));
+}
+
+/// The newest stock Debian kernel (7.3 from trixie-backports), the module built the way
+/// a Debian 13 user builds it (guest-tests/kernel/debian-kernel.sh).
+#[test]
+#[ignore = "needs root, QEMU 10 and the trixie kernel: run through guest-tests/run-tests.sh"]
+fn steering_on_debian_7_3() {
+    let r = run_scenario("arfs-7.3", &steer_toml("debian-7.3", 8), &[]);
+    assert_eq!(r.kernel, "debian-7.3");
+    assert!(r.kernel_image.to_string_lossy().contains("+deb13-amd64"), "{}", r.kernel_image.display());
+    check_steering(&r);
 }
 
 #[test]

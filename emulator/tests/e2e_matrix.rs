@@ -26,7 +26,7 @@ fn scenario_text(name: &str, (vcpus, sockets, cores): (u32, u32, u32), pattern: 
     format!(
         r#"name = "{name}"
 description = "topology matrix: {vcpus} vCPUs as {sockets} sockets x {cores} cores ({sockets} LLCs), {pattern}"
-kernel = "patched-6.12"
+kernel = "patched-7.3"
 profile = "mlx5-cx6"
 duration_s = 6
 warmup_s = 2
