@@ -103,8 +103,12 @@ if [ "$BASE" = 6.12 ]; then
     [ -n "$TARBALL" ] && [ -f "$TARBALL" ] || die "$SRC_PKG $SRC_VERSION is installed but its source tarball is missing"
 else
     DEBS="${ARFSNIC_CACHE:-$REPO/.cache}/debs"
-    DEB=$(bash "$HERE/debian-apt.sh" download "$DEBS" "$SRC_PKG") ||
-        die "cannot fetch $SRC_PKG from Debian trixie-backports (see above); with no Debian registry reachable, put its .deb into $DEBS"
+    if ! DEB=$(bash "$HERE/debian-apt.sh" download "$DEBS" "$SRC_PKG"); then
+        # No registry: a .deb fetched earlier (or put there by hand) will do.
+        DEB=$(find "$DEBS" -maxdepth 1 -name "${SRC_PKG}_*_all.deb" 2>/dev/null | sort -V | tail -n1)
+        [ -n "$DEB" ] || die "cannot fetch $SRC_PKG from Debian trixie-backports (see above) and $DEBS holds no ${SRC_PKG}_*_all.deb: reach a Debian mirror, or put the .deb there"
+        log "no registry: using $(basename "$DEB") from $DEBS"
+    fi
     SRC_VERSION=$(dpkg-deb -f "$DEB" Version) || die "$DEB is not a readable .deb"
     TARBALL="$DEBS/$SRC_PKG-$SRC_VERSION.tar.xz"
     if [ ! -f "$TARBALL" ]; then
