@@ -367,7 +367,7 @@ fn update_between_markers(
 
 /// `arfsnic results --sweep`: Krishna's table from sweep reports.
 fn sweep_results(a: &ResultsArgs) -> anyhow::Result<()> {
-    let mut text = String::new();
+    let (mut text, mut rows) = (String::new(), 0);
     for p in &a.reports {
         let r = crate::report::Report::load(p, "report")?;
         let s = crate::report::sweep::sweep(&r).ok_or_else(|| {
@@ -376,6 +376,7 @@ fn sweep_results(a: &ResultsArgs) -> anyhow::Result<()> {
                 p.display()
             )
         })?;
+        rows += s.sizes.len();
         text += &match (a.markdown, a.update.is_some()) {
             (true, _) => crate::report::sweep::markdown(&s),
             (false, true) => format!("```\n{}```\n", crate::report::sweep::table(&s)),
@@ -388,7 +389,7 @@ fn sweep_results(a: &ResultsArgs) -> anyhow::Result<()> {
         }
     }
     match (&a.update, &a.name) {
-        (Some(file), Some(name)) => update_between_markers(file, name, &text, &a.reports, a.reports.len()),
+        (Some(file), Some(name)) => update_between_markers(file, name, &text, &a.reports, rows),
         _ => {
             print!("{text}");
             Ok(())
