@@ -181,10 +181,26 @@ fn bad_kernel_names_and_table_sizes_name_the_field_and_the_choices() {
     let f = dir.path().join("bad-scenario.toml");
     let base = std::fs::read_to_string(root().join("configs/scenarios/rps-flow-cnt-sweep.toml")).unwrap();
     for (from, to, want) in [
-        ("kernel = \"debian-6.12\"\nprofile", "kernel = \"debian-6.18\"\nprofile", "`kernel`: \"debian-6.18\" is not a kernel name; valid: patched-7.3, vanilla-7.3, patched-6.12"),
-        ("rps_flow_cnt = 1024", "rps_flow_cnt = 1000", "`runs[2].rps_flow_cnt`: 1000 is not a power of two up to 16777216 (the kernel would use 1024); write 1024"),
-        ("rps_sock_flow_entries = 32768", "rps_sock_flow_entries = 30000", "`guest.rps_sock_flow_entries`: 30000 is not a power of two"),
-        ("kernel = \"debian-7.3\"\nrps_flow_cnt = 4096", "kernel = \"patched-7.4\"\nrps_flow_cnt = 4096", "`runs[5].kernel`: \"patched-7.4\" is not a kernel name"),
+        (
+            "kernel = \"debian-6.12\"\nprofile",
+            "kernel = \"debian-6.18\"\nprofile",
+            "`kernel`: \"debian-6.18\" is not a kernel name; valid: patched-7.3, vanilla-7.3, patched-6.12",
+        ),
+        (
+            "rps_flow_cnt = 1024",
+            "rps_flow_cnt = 1000",
+            "`runs[2].rps_flow_cnt`: 1000 is not a power of two up to 16777216 (the kernel would use 1024); write 1024",
+        ),
+        (
+            "rps_sock_flow_entries = 32768",
+            "rps_sock_flow_entries = 30000",
+            "`guest.rps_sock_flow_entries`: 30000 is not a power of two",
+        ),
+        (
+            "kernel = \"debian-7.3\"\nrps_flow_cnt = 4096",
+            "kernel = \"patched-7.4\"\nrps_flow_cnt = 4096",
+            "`runs[5].kernel`: \"patched-7.4\" is not a kernel name",
+        ),
         ("label = \"old-256\"", "label = \"old/256\"", "`runs[0].label`: must be a non-empty word without '/'"),
     ] {
         assert!(base.contains(from), "{from}");
@@ -197,7 +213,10 @@ fn bad_kernel_names_and_table_sizes_name_the_field_and_the_choices() {
     }
     let o = arfsnic(&["run", "--quiet", "--scenario", "configs/scenarios/steer.toml", "--kernel", "linux-9.9"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("kernel \"linux-9.9\": no such kernel name or file; valid: patched-7.3"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("kernel \"linux-9.9\": no such kernel name or file; valid: patched-7.3"),
+        "{err}"
+    );
     let o = arfsnic(&["demo", "--patch", "x.patch", "--base", "7.4"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("7.4") && err.contains("7.3") && err.contains("6.12"), "{err}");
