@@ -49,7 +49,6 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/string.h>
-#include <linux/version.h>
 #include <linux/workqueue.h>
 
 #include "arfs.h"
@@ -320,10 +319,10 @@ static bool arfs_irq_has_name(unsigned int irq, const char *name)
 	return found;
 }
 
-/* nr_irqs became private in 6.13; irq_get_nr_irqs() replaced it */
+/* nr_irqs became private in 6.13; irq_get_nr_irqs() replaced it (Kbuild probes) */
 static unsigned int arfs_nr_irqs(void)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+#ifdef ARFS_HAVE_IRQ_GET_NR_IRQS
 	return irq_get_nr_irqs();
 #else
 	return nr_irqs;
