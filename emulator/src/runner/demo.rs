@@ -117,14 +117,8 @@ fn build_args(o: &DemoOptions) -> anyhow::Result<Option<Vec<String>>> {
         }
         return Ok(Some(a));
     }
-    let args: &[&str] = match o.kernel.as_deref() {
-        None | Some("patched-7.3") => &["--base", "7.3"],
-        Some("patched-6.12") => &["--base", "6.12"],
-        Some("vanilla-7.3") => &["--base", "7.3", "--no-patch"],
-        Some("vanilla-6.12") => &["--base", "6.12", "--no-patch"],
-        Some(_) => return Ok(None),
-    };
-    Ok(Some(args.iter().map(|s| s.to_string()).collect()))
+    let name = o.kernel.as_deref().unwrap_or("patched-7.3");
+    Ok(env::build_sh_args(name).map(|args| args.iter().map(|s| s.to_string()).collect()))
 }
 
 /// Build a kernel (or find it in the cache) with a progress bar drawn from build.sh's
@@ -183,11 +177,7 @@ fn build_kernel(root: &Path, args: &[String], quiet: bool) -> anyhow::Result<BTr
         bar.set_position(100);
         bar.finish();
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect())
+    Ok(env::parse_env_lines(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The scenario file a demo run uses: the scenario itself, or with `--sysctl` a copy

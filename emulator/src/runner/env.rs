@@ -58,12 +58,31 @@ pub fn read_env_file(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
             path.display()
         )
     })?;
-    Ok(text
-        .lines()
+    Ok(parse_env_lines(&text))
+}
+
+/// `KEY=value` lines (comments skipped, values unquoted): kernels.env and what the kernel
+/// scripts print on stdout.
+pub fn parse_env_lines(text: &str) -> BTreeMap<String, String> {
+    text.lines()
         .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
-        .collect())
+        .collect()
+}
+
+/// The guest-tests/kernel/build.sh arguments of the kernel names it builds.
+pub fn build_sh_args(name: &str) -> Option<&'static [&'static str]> {
+    Some(match name {
+        // linux-source-7.3 (trixie-backports) + tinyconfig fragment + v11 as posted (cached).
+        "patched-7.3" => &["--base", "7.3"],
+        // linux-source-6.12 + tinyconfig fragment + v11 adapted to 6.12 (cached).
+        "patched-6.12" => &["--base", "6.12"],
+        // The same trees without the patch: the baselines.
+        "vanilla-7.3" => &["--base", "7.3", "--no-patch"],
+        "vanilla-6.12" => &["--base", "6.12", "--no-patch"],
+        _ => return None,
+    })
 }
 
 /// Run one of the kernel scripts (build.sh, debian-kernel.sh); its stdout is `KEY=value`
@@ -78,11 +97,7 @@ fn kernel_script(script: &str, args: &[&str], root: &Path) -> anyhow::Result<BTr
     if !out.status.success() {
         bail!("{script} failed ({}); see its messages above", out.status);
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect())
+    Ok(parse_env_lines(&String::from_utf8_lossy(&out.stdout)))
 }
 
 fn need(vars: &BTreeMap<String, String>, script: &str, k: &str) -> anyhow::Result<String> {
@@ -119,17 +134,12 @@ fn debian_trixie_kernel(label: &str, series: &str, root: &Path) -> anyhow::Resul
 }
 
 pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::Result<GuestKernel> {
-    match spec {
-        // linux-source-7.3 (trixie-backports) + tinyconfig fragment + v11 as posted (cached).
-        "patched-7.3" => return built_kernel(spec, &["--base", "7.3"], root),
-        // linux-source-6.12 + tinyconfig fragment + v11 adapted to 6.12 (cached).
-        "patched-6.12" => return built_kernel(spec, &["--base", "6.12"], root),
-        // The same trees without the patch: the baselines.
-        "vanilla-7.3" => return built_kernel(spec, &["--base", "7.3", "--no-patch"], root),
-        "vanilla-6.12" => return built_kernel(spec, &["--base", "6.12", "--no-patch"], root),
+    if let Some(args) = build_sh_args(spec) {
+        return built_kernel(spec, args, root);
+    }
+    if spec == "debian-7.3" {
         // The newest stock Debian 7.3 kernel (trixie-backports).
-        "debian-7.3" => return debian_trixie_kernel(spec, "7.3", root),
-        _ => {}
+        return debian_trixie_kernel(spec, "7.3", root);
     }
     let suffix = match spec {
         "debian-6.1" => Some("6_1"),
