@@ -4,7 +4,7 @@
 # usage: guest-tests/image/build-initramfs.sh KERNEL_RELEASE|MODDIR|none OUT.cpio.gz
 #                                             [--module path/to/extra.ko ...]
 #                                             [--workload path/to/arfs-echo]
-#                                             [--no-ethtool]
+#                                             [--no-ethtool] [--hook FILE]
 #
 #   KERNEL_RELEASE  e.g. 6.12.117+deb12-amd64: modules come from /lib/modules/<release>
 #   MODDIR          a directory laid out like /lib/modules/<release> (installed or unpacked
@@ -17,6 +17,9 @@
 # the modules virtio_net needs in load order (.ko.xz/.ko.gz/.ko.zst decompressed: busybox
 # insmod can't read them), extra modules (loaded by init after virtio_net), and ethtool with
 # the shared libraries it needs (if ethtool is installed on this host; --no-ethtool drops it).
+# --hook FILE: an executable shell script init runs once, with the interface name as its
+# argument, after the modules are loaded and before the workload starts (its exit status
+# and output go into the guest JSON as "hook").
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,11 +36,13 @@ shift 2
 EXTRA=()
 WORKLOAD=""
 WITH_ETHTOOL=1
+HOOK=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --module) [ $# -ge 2 ] || usage; EXTRA+=("$2"); shift 2 ;;
         --workload) [ $# -ge 2 ] || usage; WORKLOAD=$2; shift 2 ;;
         --no-ethtool) WITH_ETHTOOL=0; shift ;;
+        --hook) [ $# -ge 2 ] || usage; HOOK=$2; shift 2 ;;
         -h|--help) usage ;;
         *) die "unknown argument '$1'" ;;
     esac
@@ -55,6 +60,7 @@ if [ -n "$MODDIR" ]; then
     [ -d "$MODDIR/kernel" ] || die "$MODDIR has no kernel/ subdirectory"
 fi
 for m in "${EXTRA[@]}"; do [ -f "$m" ] || die "extra module $m not found"; done
+[ -z "$HOOK" ] || [ -f "$HOOK" ] || die "hook script $HOOK not found"
 
 BUSYBOX=$(command -v busybox || true)
 [ -n "$BUSYBOX" ] || die "busybox not found (apt-get install busybox-static)"
@@ -93,6 +99,12 @@ cp "$STAGE/workload/netdev-qstats" "$R/bin/netdev-qstats"
 # ---- init
 cp "$HERE/init" "$R/init"
 chmod 755 "$R/init"
+
+# ---- hook
+if [ -n "$HOOK" ]; then
+    cp "$HOOK" "$R/etc/arfsnic/hook"
+    chmod 755 "$R/etc/arfsnic/hook"
+fi
 
 # ---- device nodes (the kernel's built-in initramfs normally provides /dev/console too)
 if [ "$(id -u)" = 0 ]; then
