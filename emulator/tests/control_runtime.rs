@@ -374,7 +374,7 @@ fn malformed_frames_get_error_completions_and_counters() {
     let r = rig(&p, 4);
     let h = |op: u8, seq: u32| Header { version: 1, op, seq, ..Default::default() };
     // Bad version: EPROTO, seq echoed, op 0x80|op.
-    r.rt.on_control_frame(1, &raw(Header { version: 2, ..h(op::HELLO, 100) }, &[]));
+    r.rt.on_control_frame(1, &raw(Header { version: 3, ..h(op::HELLO, 100) }, &[]));
     let (c, m) = r.cap.completion(100);
     assert_eq!((c.pair, m.req_op, m.status), (1, op::HELLO, libc::EPROTO as u16));
     assert_eq!(c.frame[15], 0x81);
@@ -609,7 +609,7 @@ fn completion_encoding_matches_the_documented_offsets() {
     };
     let f = wire::encode_completion(GUEST, &m);
     assert_eq!(&f[12..14], &[0x88, 0xb5]);
-    assert_eq!(&f[14..30], &[1, 0x87, 0, 52, 1, 2, 3, 4, 0, 2, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&f[14..30], &[wire::VERSION, 0x87, 0, 52, 1, 2, 3, 4, 0, 2, 0, 0, 0, 0, 0, 0]);
     assert_eq!(&f[30..38], &1u64.to_be_bytes());
     assert_eq!(&f[54..66], &[0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6]);
 }

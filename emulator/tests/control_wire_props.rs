@@ -3,6 +3,7 @@
 
 use arfsnic::wire::control::{
     self as wire, AddRequest, Caps, CompletionBody, CompletionMsg, DecodeError, DeviceMsg, EventMsg, Request,
+    RssConfig, RssSet,
 };
 use arfsnic::wire::{FlowKey, L4Proto};
 use proptest::prelude::*;
@@ -36,6 +37,13 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u32>().prop_map(|filter_id| Request::Query { filter_id }),
         prop::collection::vec((any::<u16>(), any::<u64>()), 0..90).prop_map(Request::Stats),
         Just(Request::DevStats),
+        Just(Request::RssGet),
+        (
+            any::<u8>(),
+            prop::collection::vec(any::<u8>(), 0..=wire::RSS_KEY_MAX),
+            prop::collection::vec(any::<u16>(), 0..=wire::RSS_INDIR_MAX)
+        )
+            .prop_map(|(hfunc, key, indir)| Request::RssSet(RssSet { hfunc, key, indir })),
     ]
 }
 
@@ -48,13 +56,26 @@ fn completion() -> impl Strategy<Value = CompletionMsg> {
         (any::<u16>(), any::<u64>()).prop_map(|(rxq, hits)| CompletionBody::Query { rxq, hits }),
         prop::collection::vec((any::<u16>(), any::<u64>()), 0..=wire::DEV_STATS_MAX_ENTRIES)
             .prop_map(CompletionBody::DevStats),
+        (
+            any::<u8>(),
+            any::<u16>(),
+            prop::collection::vec(any::<u8>(), 0..=wire::RSS_KEY_MAX),
+            prop::collection::vec(any::<u16>(), 0..=wire::RSS_INDIR_MAX)
+        )
+            .prop_map(|(hfunc, queues, key, indir)| CompletionBody::Rss(RssConfig {
+                hfunc,
+                queues,
+                key,
+                indir
+            })),
     ];
-    (1u8..8, any::<u32>(), any::<u16>(), any::<[u64; 3]>(), body).prop_map(|(op, seq, status, t, body)| {
+    (1u8..11, any::<u32>(), any::<u16>(), any::<[u64; 3]>(), body).prop_map(|(op, seq, status, t, body)| {
         // The op-specific part belongs to its op.
         let op = match &body {
             CompletionBody::Caps(_) => wire::op::HELLO,
             CompletionBody::Query { .. } => wire::op::QUERY,
             CompletionBody::DevStats(_) => wire::op::DEV_STATS,
+            CompletionBody::Rss(_) => wire::op::RSS_GET,
             CompletionBody::None => op,
         };
         CompletionMsg { req_op: op, seq, status, enqueue_ns: t[0], start_ns: t[1], finish_ns: t[2], body }
@@ -69,11 +90,11 @@ fn event() -> impl Strategy<Value = EventMsg> {
     ]
 }
 
-/// Random bytes behind a control Ethernet header, often with version 1 and a known op,
-/// sometimes with a consistent length field: reaches every decoder branch.
+/// Random bytes behind a control Ethernet header, often with version 1 or 2 and a known
+/// op, sometimes with a consistent length field: reaches every decoder branch.
 fn control_frame() -> impl Strategy<Value = Vec<u8>> {
-    (prop::collection::vec(any::<u8>(), 0..160), any::<bool>(), 0u8..10, any::<bool>(), any::<bool>()).prop_map(
-        |(body, v1, op, fix_len, vlan)| {
+    (prop::collection::vec(any::<u8>(), 0..400), 0u8..4, 0u8..12, any::<bool>(), any::<bool>()).prop_map(
+        |(body, version, op, fix_len, vlan)| {
             let mut f = vec![0xff; 6];
             f.extend_from_slice(&GUEST);
             if vlan {
@@ -82,8 +103,8 @@ fn control_frame() -> impl Strategy<Value = Vec<u8>> {
             f.extend_from_slice(&[0x88, 0xb5]);
             let h = f.len();
             f.extend_from_slice(&body);
-            if v1 && f.len() > h + 1 {
-                f[h] = 1;
+            if (1..=2).contains(&version) && f.len() > h + 1 {
+                f[h] = version;
                 f[h + 1] = op;
             }
             if fix_len && f.len() > h + 3 {
@@ -128,7 +149,7 @@ proptest! {
         let f = wire::encode_request(GUEST, seq, &req);
         prop_assert!(f.len() >= wire::MIN_FRAME_LEN);
         let (h, got) = wire::decode_request(&f).unwrap();
-        prop_assert_eq!((h.version, h.op, h.seq, h.status), (1, req.op(), seq, 0));
+        prop_assert_eq!((h.version, h.op, h.seq, h.status), (wire::VERSION, req.op(), seq, 0));
         prop_assert_eq!(h.flags & wire::FLAG_NO_REPLY != 0, !req.expects_reply());
         prop_assert_eq!(usize::from(h.length), wire::HDR_LEN + wire::request_body(&req).len());
         prop_assert_eq!(got, req);
@@ -150,6 +171,33 @@ proptest! {
         let (h, m) = wire::decode_device_frame(&f).unwrap();
         prop_assert_eq!(h.op, wire::op::COMPLETION | c.req_op);
         prop_assert_eq!(m, DeviceMsg::Completion(c));
+    }
+
+    /// An RSS_SET whose announced sizes exceed the frame or the protocol limits is refused
+    /// with EINVAL, whatever the sizes say (no allocation in proportion to them).
+    #[test]
+    fn rss_set_sizes_are_checked_before_use(key_len in any::<u16>(), n in any::<u16>(), extra in 0usize..600) {
+        let mut body = vec![1, 0];
+        body.extend_from_slice(&key_len.to_be_bytes());
+        body.extend_from_slice(&n.to_be_bytes());
+        body.extend_from_slice(&[0, 0]);
+        body.resize(8 + extra, 0x11);
+        let h = wire::Header { version: wire::VERSION, op: wire::op::RSS_SET, seq: 5, ..Default::default() };
+        let f = wire::encode_raw(wire::BROADCAST_MAC, GUEST, h, &body);
+        let fits = usize::from(key_len) <= wire::RSS_KEY_MAX
+            && usize::from(n) <= wire::RSS_INDIR_MAX
+            && 8 + usize::from(key_len) + 2 * usize::from(n) <= body.len();
+        match wire::decode_request(&f) {
+            Ok((_, Request::RssSet(s))) => {
+                prop_assert!(fits);
+                prop_assert_eq!((s.key.len(), s.indir.len()), (usize::from(key_len), usize::from(n)));
+            }
+            Ok((_, other)) => prop_assert!(false, "decoded as {}", other),
+            Err(e) => {
+                prop_assert!(!fits, "{e}");
+                prop_assert_eq!(e.errno(), Some(libc::EINVAL));
+            }
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use arfsnic::model::errno;
 use arfsnic::wire::control::{
     self as wire, counter, decode_device_frame, decode_request, dev_counter, encode_completion, encode_event,
     encode_request, op, AddRequest, Caps, CompletionBody, CompletionMsg, CounterId, DeviceMsg, EventMsg, Header,
-    Request,
+    Request, RssConfig, RssSet,
 };
 use arfsnic::wire::{FlowKey, L4Proto, CONTROL_ETHERTYPE};
 use std::cell::RefCell;
@@ -149,6 +149,7 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
     vec![
         ("ARFS_ETH_P", "ETHERTYPE", u64::from(wire::ETHERTYPE)),
         ("ARFS_PROTO_VERSION", "VERSION", u64::from(wire::VERSION)),
+        ("ARFS_PROTO_VERSION_MIN", "MIN_VERSION", u64::from(wire::MIN_VERSION)),
         ("ARFS_DEVICE_MAC_0", "DEVICE_MAC[0]", u64::from(wire::DEVICE_MAC[0])),
         ("ARFS_DEVICE_MAC_1", "DEVICE_MAC[1]", u64::from(wire::DEVICE_MAC[1])),
         ("ARFS_DEVICE_MAC_2", "DEVICE_MAC[2]", u64::from(wire::DEVICE_MAC[2])),
@@ -165,6 +166,14 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
         ("ARFS_OP_STATS", "op::STATS", u64::from(op::STATS)),
         ("ARFS_OP_QUERY", "op::QUERY", u64::from(op::QUERY)),
         ("ARFS_OP_DEV_STATS", "op::DEV_STATS", u64::from(op::DEV_STATS)),
+        ("ARFS_OP_RSS_GET", "op::RSS_GET", u64::from(op::RSS_GET)),
+        ("ARFS_OP_RSS_SET", "op::RSS_SET", u64::from(op::RSS_SET)),
+        ("ARFS_RSS_SET_HDR_LEN", "RSS_SET_HDR_LEN", z(wire::RSS_SET_HDR_LEN)),
+        ("ARFS_RSS_REPLY_HDR_LEN", "RSS_REPLY_HDR_LEN", z(wire::RSS_REPLY_HDR_LEN)),
+        ("ARFS_RSS_KEY_MAX", "RSS_KEY_MAX", z(wire::RSS_KEY_MAX)),
+        ("ARFS_RSS_INDIR_MAX", "RSS_INDIR_MAX", z(wire::RSS_INDIR_MAX)),
+        ("ARFS_RSS_HFUNC_NO_CHANGE", "RSS_HFUNC_NO_CHANGE", u64::from(wire::RSS_HFUNC_NO_CHANGE)),
+        ("ARFS_RSS_HFUNC_TOEPLITZ", "RSS_HFUNC_TOEPLITZ", u64::from(wire::RSS_HFUNC_TOEPLITZ)),
         ("ARFS_DEV_STATS_MAX_ENTRIES", "DEV_STATS_MAX_ENTRIES", z(wire::DEV_STATS_MAX_ENTRIES)),
         (
             "ARFS_DEV_CTR_RX_SPOOFED_DROPPED",
@@ -562,6 +571,7 @@ fn check_request_layout(p: &Proto) {
         (Request::Hello, "ARFS_HELLO_BODY_LEN"),
         (Request::Flush, "ARFS_FLUSH_BODY_LEN"),
         (Request::DevStats, "ARFS_DEV_STATS_BODY_LEN"),
+        (Request::RssGet, "ARFS_RSS_GET_BODY_LEN"),
     ] {
         let f = encode_request(GUEST, 5, &req);
         body_len(&request_header(&f), &format!("{req} request"), p.off(name), name);
@@ -589,6 +599,33 @@ fn check_request_layout(p: &Proto) {
     body_len(&request_header(&f), what, want, "ARFS_STATS_HDR_LEN + 2 * ARFS_STATS_ENTRY_LEN");
     let f = encode_request(GUEST, 7, &Request::Stats(vec![]));
     body_len(&request_header(&f), "empty STATS request", hdr_len, "ARFS_STATS_HDR_LEN");
+
+    let what = "RSS_SET request";
+    let set = RssSet { hfunc: 0x5a, key: (0xa0..0xa0 + 40).collect(), indir: vec![0x0102, 0x0304, 0x0506, 0x0708] };
+    let f = encode_request(GUEST, 8, &Request::RssSet(set.clone()));
+    let b = Region::body(p, what, &f);
+    b.uint("ARFS_RSS_SET_OFF_HFUNC", 1, u64::from(set.hfunc));
+    b.zero("ARFS_RSS_SET_OFF_PAD", 1);
+    b.uint("ARFS_RSS_SET_OFF_KEY_LEN", 2, set.key.len() as u64);
+    b.uint("ARFS_RSS_SET_OFF_INDIR_SIZE", 2, set.indir.len() as u64);
+    b.zero("ARFS_RSS_SET_OFF_PAD2", 2);
+    b.bytes("ARFS_RSS_SET_OFF_KEY", &set.key);
+    let hdr_len = p.off("ARFS_RSS_SET_HDR_LEN");
+    let fields = [
+        ("ARFS_RSS_SET_OFF_HFUNC", 1),
+        ("ARFS_RSS_SET_OFF_PAD", 1),
+        ("ARFS_RSS_SET_OFF_KEY_LEN", 2),
+        ("ARFS_RSS_SET_OFF_INDIR_SIZE", 2),
+        ("ARFS_RSS_SET_OFF_PAD2", 2),
+    ];
+    tiles(p, what, 0, &fields, hdr_len, "ARFS_RSS_SET_HDR_LEN");
+    assert_eq!(p.off("ARFS_RSS_SET_OFF_KEY"), hdr_len, "{what}: the key follows the head");
+    let entry = p.off("ARFS_RSS_INDIR_ENTRY_LEN");
+    for (i, &q) in set.indir.iter().enumerate() {
+        b.at(set.key.len() + i * entry).uint("ARFS_RSS_SET_OFF_KEY", entry, u64::from(q));
+    }
+    let want = hdr_len + set.key.len() + set.indir.len() * entry;
+    body_len(&request_header(&f), what, want, "ARFS_RSS_SET_HDR_LEN + key + 4 * ARFS_RSS_INDIR_ENTRY_LEN");
 }
 
 const TS: [(&str, u64); 3] = [
@@ -683,6 +720,34 @@ fn check_completion_layout(p: &Proto) {
         e.uint("ARFS_STATS_ENTRY_OFF_VALUE", 8, value);
     }
     body_len(&device_header(&f), what, at + entries.len() * entry_len, "ARFS_DEV_STATS_OFF_ENTRIES + 2 entries");
+
+    let what = "RSS_GET completion";
+    let rss = RssConfig { hfunc: 0x01, queues: 0x0a0b, key: (0x40..0x40 + 40).collect(), indir: vec![0x0c0d, 0x0e0f] };
+    let f = encode_completion(GUEST, &completion(op::RSS_GET, 0, CompletionBody::Rss(rss.clone())));
+    check_timestamps(p, what, &f);
+    let b = Region::body(p, what, &f);
+    b.uint("ARFS_RSS_OFF_HFUNC", 1, u64::from(rss.hfunc));
+    b.zero("ARFS_RSS_OFF_PAD", 1);
+    b.uint("ARFS_RSS_OFF_KEY_LEN", 2, rss.key.len() as u64);
+    b.uint("ARFS_RSS_OFF_INDIR_SIZE", 2, rss.indir.len() as u64);
+    b.uint("ARFS_RSS_OFF_QUEUES", 2, u64::from(rss.queues));
+    b.bytes("ARFS_RSS_OFF_KEY", &rss.key);
+    let key_at = p.off("ARFS_RSS_OFF_KEY");
+    let fields = [
+        ("ARFS_RSS_OFF_HFUNC", 1),
+        ("ARFS_RSS_OFF_PAD", 1),
+        ("ARFS_RSS_OFF_KEY_LEN", 2),
+        ("ARFS_RSS_OFF_INDIR_SIZE", 2),
+        ("ARFS_RSS_OFF_QUEUES", 2),
+    ];
+    tiles(p, what, ts_len, &fields, key_at, "ARFS_RSS_OFF_KEY");
+    assert_eq!(key_at, ts_len + p.off("ARFS_RSS_REPLY_HDR_LEN"), "{what}: ARFS_RSS_OFF_KEY");
+    let entry = p.off("ARFS_RSS_INDIR_ENTRY_LEN");
+    for (i, &q) in rss.indir.iter().enumerate() {
+        b.at(rss.key.len() + i * entry).uint("ARFS_RSS_OFF_KEY", entry, u64::from(q));
+    }
+    let want = key_at + rss.key.len() + rss.indir.len() * entry;
+    body_len(&device_header(&f), what, want, "ARFS_RSS_OFF_KEY + key + 2 * ARFS_RSS_INDIR_ENTRY_LEN");
 }
 
 fn check_event_layout(p: &Proto) {
@@ -835,6 +900,35 @@ fn check_built_requests(p: &Proto) {
         b.put(entries_at + k * entry_len, "ARFS_STATS_ENTRY_OFF_VALUE", 8, value);
     }
     b.decodes_to(Request::Stats(entries));
+
+    Built::new(p, "ARFS_OP_RSS_GET", 0x7c7d_7e7f, 0, 0, body("ARFS_RSS_GET_BODY_LEN")).decodes_to(Request::RssGet);
+    let key: Vec<u8> = (1..=40).collect();
+    let indir = [3u16, 2, 1, 0];
+    let entry = body("ARFS_RSS_INDIR_ENTRY_LEN");
+    let len = body("ARFS_RSS_SET_HDR_LEN") + key.len() + indir.len() * entry;
+    let mut b = Built::new(p, "ARFS_OP_RSS_SET", 0x8c8d_8e8f, 0, 0, len);
+    b.body("ARFS_RSS_SET_OFF_HFUNC", 1, p.get("ARFS_RSS_HFUNC_TOEPLITZ"))
+        .body("ARFS_RSS_SET_OFF_KEY_LEN", 2, key.len() as u64)
+        .body("ARFS_RSS_SET_OFF_INDIR_SIZE", 2, indir.len() as u64)
+        .body_bytes("ARFS_RSS_SET_OFF_KEY", &key);
+    let indir_at = ETH_HDR + p.off("ARFS_HDR_LEN") + key.len();
+    for (i, &q) in indir.iter().enumerate() {
+        b.put(indir_at + i * entry, "ARFS_RSS_SET_OFF_KEY", entry, u64::from(q));
+    }
+    let hfunc = p.val::<u8>("ARFS_RSS_HFUNC_TOEPLITZ");
+    b.decodes_to(Request::RssSet(RssSet { hfunc, key, indir: indir.to_vec() }));
+    // hfunc 0 keeps the hash function; sizes 0 keep key and table.
+    let mut b = Built::new(p, "ARFS_OP_RSS_SET", 0x8c8d_8e90, 0, 0, body("ARFS_RSS_SET_HDR_LEN"));
+    b.body("ARFS_RSS_SET_OFF_HFUNC", 1, p.get("ARFS_RSS_HFUNC_NO_CHANGE"));
+    b.decodes_to(Request::RssSet(RssSet::default()));
+    // A version 1 frame has no RSS ops; every other op decodes in it.
+    let v1 = p.val::<u8>("ARFS_PROTO_VERSION_MIN");
+    let mut f = Built::new(p, "ARFS_OP_RSS_GET", 1, 0, 0, 0).frame();
+    f[ETH_HDR + p.off("ARFS_HDR_OFF_VERSION")] = v1;
+    assert!(matches!(decode_request(&f), Err(wire::DecodeError::UnknownOp { .. })), "RSS_GET in version {v1}");
+    let mut f = Built::new(p, "ARFS_OP_HELLO", 1, 0, 0, 0).frame();
+    f[ETH_HDR + p.off("ARFS_HDR_OFF_VERSION")] = v1;
+    assert_eq!(decode_request(&f).map(|r| r.1), Ok(Request::Hello), "HELLO in version {v1}");
 }
 
 fn check_built_device_frames(p: &Proto) {
@@ -894,6 +988,25 @@ fn check_built_device_frames(p: &Proto) {
         b.put(entries_at + k * entry_len, "ARFS_STATS_ENTRY_OFF_VALUE", 8, value);
     }
     b.decodes_to_device(msg(p.val("ARFS_OP_DEV_STATS"), 0x8c8d_8e8f, 0, CompletionBody::DevStats(entries)));
+
+    let op = "ARFS_OP_COMPLETION | ARFS_OP_RSS_GET";
+    let key: Vec<u8> = (0x80..0x80 + 40).collect();
+    let indir = [1u16, 0, 1, 0, 1, 0, 1, 0];
+    let entry = p.off("ARFS_RSS_INDIR_ENTRY_LEN");
+    let key_at = p.off("ARFS_RSS_OFF_KEY");
+    let mut b = Built::new(p, op, 0x8e8f_9091, 0, 0, key_at + key.len() + indir.len() * entry);
+    ts(&mut b);
+    b.body("ARFS_RSS_OFF_HFUNC", 1, p.get("ARFS_RSS_HFUNC_TOEPLITZ"))
+        .body("ARFS_RSS_OFF_KEY_LEN", 2, key.len() as u64)
+        .body("ARFS_RSS_OFF_INDIR_SIZE", 2, indir.len() as u64)
+        .body("ARFS_RSS_OFF_QUEUES", 2, 2)
+        .body_bytes("ARFS_RSS_OFF_KEY", &key);
+    let indir_at = ETH_HDR + p.off("ARFS_HDR_LEN") + key.len();
+    for (i, &q) in indir.iter().enumerate() {
+        b.put(indir_at + i * entry, "ARFS_RSS_OFF_KEY", entry, u64::from(q));
+    }
+    let rss = RssConfig { hfunc: p.val("ARFS_RSS_HFUNC_TOEPLITZ"), queues: 2, key, indir: indir.to_vec() };
+    b.decodes_to_device(msg(p.val("ARFS_OP_RSS_GET"), 0x8e8f_9091, 0, CompletionBody::Rss(rss)));
 
     // The largest status the module accepts still decodes as that status.
     let status = p.val::<u16>("ARFS_STATUS_MAX");

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * arfsnic in-band control protocol, version 1: the wire facts shared by the
+ * arfsnic in-band control protocol, version 2: the wire facts shared by the
  * guest module and the emulated device (docs/control-protocol.md).
  *
  * This header holds protocol facts only.  Each numeric constant is one line
@@ -18,7 +18,8 @@
 /* ---- framing ----------------------------------------------------------- */
 
 #define ARFS_ETH_P			0x88B5	/* ETH_P_802_EX1 */
-#define ARFS_PROTO_VERSION		1
+#define ARFS_PROTO_VERSION		2
+#define ARFS_PROTO_VERSION_MIN		1	/* v1 peers: no RSS ops */
 
 /* source MAC of every device frame: 02:a5:f1:c0:00:01 */
 #define ARFS_DEVICE_MAC_0		0x02
@@ -52,6 +53,8 @@
 #define ARFS_OP_STATS			0x06
 #define ARFS_OP_QUERY			0x07
 #define ARFS_OP_DEV_STATS		0x08	/* the device's counters */
+#define ARFS_OP_RSS_GET			0x09	/* v2: the device's RSS */
+#define ARFS_OP_RSS_SET			0x0a	/* v2: change the device's RSS */
 #define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
 
 #define ARFS_EV_RULE_AGED		0x40
@@ -88,6 +91,21 @@
 #define ARFS_QUERY_OFF_FILTER_ID	0	/* u32 (request) */
 
 #define ARFS_DEV_STATS_BODY_LEN		0
+#define ARFS_RSS_GET_BODY_LEN		0
+
+/* RSS_SET: this head, key_len key bytes, then indir_size u16 entries */
+#define ARFS_RSS_SET_HDR_LEN		8
+#define ARFS_RSS_SET_OFF_HFUNC		0	/* u8: ARFS_RSS_HFUNC_* */
+#define ARFS_RSS_SET_OFF_PAD		1	/* u8: 0 */
+#define ARFS_RSS_SET_OFF_KEY_LEN	2	/* u16: 0 keeps the key */
+#define ARFS_RSS_SET_OFF_INDIR_SIZE	4	/* u16: 0 keeps the table */
+#define ARFS_RSS_SET_OFF_PAD2		6	/* u16: 0 */
+#define ARFS_RSS_SET_OFF_KEY		8
+#define ARFS_RSS_KEY_MAX		64	/* bytes */
+#define ARFS_RSS_INDIR_MAX		128	/* entries */
+#define ARFS_RSS_INDIR_ENTRY_LEN	2	/* u16 queue index */
+#define ARFS_RSS_HFUNC_NO_CHANGE	0	/* ETH_RSS_HASH_NO_CHANGE */
+#define ARFS_RSS_HFUNC_TOEPLITZ		1	/* ETH_RSS_HASH_TOP */
 
 /* STATS: u16 count, u16 pad, then count entries */
 #define ARFS_STATS_HDR_LEN		4
@@ -132,6 +150,18 @@
 #define ARFS_DEV_STATS_OFF_PAD		26	/* u16 */
 #define ARFS_DEV_STATS_OFF_ENTRIES	28
 #define ARFS_DEV_STATS_MAX_ENTRIES	16
+
+/*
+ * RSS_GET reply: after the timestamps of RSS_GET's completion with status 0;
+ * the key from ARFS_RSS_OFF_KEY, then indir_size u16 entries
+ */
+#define ARFS_RSS_REPLY_HDR_LEN		8
+#define ARFS_RSS_OFF_HFUNC		24	/* u8 */
+#define ARFS_RSS_OFF_PAD		25	/* u8 */
+#define ARFS_RSS_OFF_KEY_LEN		26	/* u16 */
+#define ARFS_RSS_OFF_INDIR_SIZE		28	/* u16 */
+#define ARFS_RSS_OFF_QUEUES		30	/* u16: queue pairs */
+#define ARFS_RSS_OFF_KEY		32
 
 /* ---- event bodies ------------------------------------------------------ */
 

@@ -10,28 +10,32 @@
 //! - `ControlRuntime::handle_frame` on queue pair `pair % 4` of one runtime (profile
 //!   configs/mlx5-cx6.toml, its timer thread running), kept across inputs so the engine sees
 //!   long command sequences. Every frame the device sends back must decode as a device frame.
+//!   The sink holds the device's RSS (the profile's), so RSS_GET answers and RSS_SET
+//!   changes it; an RSS configuration it accepts must always be a valid one.
 //!
 //! Property: no panic; the device only ever emits well-formed frames.
 
 #![no_main]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use arfsnic::device::control::{ControlRuntime, ControlSink};
 use arfsnic::device::{Clock, RxError};
 use arfsnic::model::filter::FilterTable;
 use arfsnic::model::profile::Profile;
+use arfsnic::model::rss::Rss;
 use arfsnic::wire::control::{self as wire, CompletionBody, CounterId, DeviceMsg, Request};
 use libfuzzer_sys::fuzz_target;
 
 const PROFILE: &str = include_str!("../../../configs/mlx5-cx6.toml");
 const PAIRS: u16 = 4;
 
-/// Where the runtime's completions and events go: checked and counted.
-#[derive(Default)]
+/// Where the runtime's completions and events go: checked and counted. Holds the
+/// device's RSS for RSS_GET / RSS_SET.
 struct Check {
     frames: AtomicU64,
+    rss: Mutex<Arc<Rss>>,
 }
 
 impl ControlSink for Check {
@@ -43,12 +47,20 @@ impl ControlSink for Check {
         self.frames.fetch_add(1, Relaxed);
         Ok(pair)
     }
+    fn rss(&self) -> Option<Arc<Rss>> {
+        Some(self.rss.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+    fn set_rss(&self, rss: Rss) {
+        assert!(rss.indirection().iter().all(|&q| q < PAIRS), "RSS_SET accepted a queue beyond the device");
+        *self.rss.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(rss);
+    }
 }
 
 static RUNTIME: LazyLock<Arc<ControlRuntime>> = LazyLock::new(|| {
     let profile = Profile::parse(PROFILE).expect("configs/mlx5-cx6.toml parses");
     let table = Arc::new(FilterTable::new(profile.filter.layout, profile.filter.capacity));
-    let sink: Arc<dyn ControlSink> = Arc::new(Check::default());
+    let rss = profile.build_rss(PAIRS).expect("the profile's RSS");
+    let sink: Arc<dyn ControlSink> = Arc::new(Check { frames: AtomicU64::new(0), rss: Mutex::new(Arc::new(rss)) });
     ControlRuntime::new(&profile, table, PAIRS, Clock::new(), sink).expect("control runtime")
 });
 

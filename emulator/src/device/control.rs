@@ -27,6 +27,7 @@ use super::snapshot::{ControlSnapshot, FilterSummary, FrameCounters, RuleView};
 use crate::model::engine::{Command, Completion, Engine, Event, Fault, Op, Output};
 use crate::model::filter::{Action, FilterTable, Layout};
 use crate::model::profile::Profile;
+use crate::model::rss::{Rss, RssError};
 use crate::wire::control::{self as wire, Caps, CompletionBody, CompletionMsg, DecodeError, EventMsg, Header, Request};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -44,6 +45,14 @@ pub trait ControlSink: Send + Sync + 'static {
     fn data_counters(&self) -> DataCounters {
         DataCounters::default()
     }
+    /// The device's RSS configuration, for RSS_GET (`None`: the device has none to
+    /// show, RSS_GET and RSS_SET answer EOPNOTSUPP).
+    fn rss(&self) -> Option<Arc<Rss>> {
+        None
+    }
+    /// Install a new RSS configuration (RSS_SET, already checked); packets from now on
+    /// are classified with it.
+    fn set_rss(&self, _rss: Rss) {}
 }
 
 /// Data-path counters a DEV_STATS completion carries besides the control plane's own.
@@ -60,6 +69,14 @@ impl ControlSink for Weak<EmulatedNic> {
     }
     fn data_counters(&self) -> DataCounters {
         self.upgrade().map(|n| n.data_counters_since_reset()).unwrap_or_default()
+    }
+    fn rss(&self) -> Option<Arc<Rss>> {
+        self.upgrade().map(|n| n.nic.rss())
+    }
+    fn set_rss(&self, rss: Rss) {
+        if let Some(n) = self.upgrade() {
+            n.nic.set_rss(rss);
+        }
     }
 }
 
@@ -99,7 +116,7 @@ fn command_of(req: &Request) -> Option<Command> {
         Request::Del { filter_id } => Command::Del { id: *filter_id },
         Request::Flush => Command::Flush,
         Request::Query { filter_id } => Command::Query { id: *filter_id },
-        Request::Hello | Request::Stats(_) | Request::DevStats => return None,
+        Request::Hello | Request::Stats(_) | Request::DevStats | Request::RssGet | Request::RssSet(_) => return None,
     })
 }
 
@@ -111,6 +128,9 @@ struct Inner {
     engine: Engine,
     /// Learned from the source MAC of the latest well-formed request.
     guest_mac: Option<[u8; 6]>,
+    /// Protocol version of the latest well-formed request: completions of engine
+    /// commands and events are sent in it (a version 1 driver gets version 1 frames).
+    peer_version: u8,
     event_seq: u32,
     rules_peak: usize,
     frames: FrameCounters,
@@ -178,7 +198,7 @@ impl Inner {
                     let seq = self.event_seq;
                     to.push(Outgoing {
                         pair: EVENT_PAIR,
-                        frame: wire::encode_event(self.dst(), seq, &msg),
+                        frame: wire::encode_event_version(self.dst(), self.peer_version, seq, &msg),
                         event: true,
                     });
                 }
@@ -207,7 +227,7 @@ impl Inner {
             finish_ns: c.finish_ns,
             body,
         };
-        Outgoing { pair, frame: wire::encode_completion(self.dst(), &msg), event: false }
+        Outgoing { pair, frame: wire::encode_completion_version(self.dst(), self.peer_version, &msg), event: false }
     }
 }
 
@@ -267,6 +287,7 @@ impl ControlRuntime {
         let inner = Inner {
             engine,
             guest_mac: None,
+            peer_version: wire::VERSION,
             event_seq: 0,
             rules_peak: 0,
             frames: FrameCounters::default(),
@@ -354,6 +375,7 @@ impl ControlRuntime {
             }
         }
         g.guest_mac = Some(src);
+        g.peer_version = header.version;
         *g.frames.requests.entry(Cow::Borrowed(op_name(header.op))).or_default() += 1;
         let quiet = no_reply(&header);
         match req {
@@ -368,6 +390,28 @@ impl ControlRuntime {
                 let body = CompletionBody::DevStats(dev_stats(g, sh.sink.data_counters()));
                 out.push(answered_at_once(pair, src, &header, body, now));
             }
+            Request::RssGet if quiet => g.frames.completions_suppressed += 1,
+            Request::RssGet => match sh.sink.rss() {
+                Some(rss)
+                    if rss.toeplitz().key().len() <= wire::RSS_KEY_MAX
+                        && rss.indirection().len() <= wire::RSS_INDIR_MAX =>
+                {
+                    let body = CompletionBody::Rss(wire::RssConfig {
+                        hfunc: wire::RSS_HFUNC_TOEPLITZ,
+                        queues: rss.queues(),
+                        key: rss.toeplitz().key().to_vec(),
+                        indir: rss.indirection().to_vec(),
+                    });
+                    out.push(answered_at_once(pair, src, &header, body, now));
+                }
+                // No RSS to show, or more than a frame carries.
+                _ => Self::refuse(g, pair, src, &header, libc::EOPNOTSUPP, "rss_unsupported", out),
+            },
+            Request::RssSet(set) => match rss_set(sh.sink.as_ref(), &set) {
+                Ok(()) if quiet => g.frames.completions_suppressed += 1,
+                Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
+                Err((errno, kind)) => Self::refuse(g, pair, src, &header, errno, kind, out),
+            },
             other => {
                 let Some(cmd) = command_of(&other) else { return };
                 let mut outs = Vec::new();
@@ -391,6 +435,38 @@ impl ControlRuntime {
             "control: pair {pair}: malformed request dropped ({kind}, counted in bad_by_kind): {e}"
         );
         let (Some(h), Some(status)) = (e.header(), e.errno()) else { return };
+        // An unsupported version is answered in the newest one (the peer learns what
+        // the device speaks); anything else in the request's own.
+        let version = if matches!(e, DecodeError::BadVersion { .. }) { wire::VERSION } else { h.version };
+        Self::error_completion(g, pair, src, h, version, status, out);
+    }
+
+    /// A well-formed request the device refuses (RSS_GET / RSS_SET): counted as bad
+    /// under `kind`, answered with `errno` in the request's version.
+    #[allow(clippy::too_many_arguments)]
+    fn refuse(
+        g: &mut Inner,
+        pair: u16,
+        src: [u8; 6],
+        h: &Header,
+        errno: i32,
+        kind: &'static str,
+        out: &mut Vec<Outgoing>,
+    ) {
+        g.frames.bad += 1;
+        *g.frames.bad_by_kind.entry(Cow::Borrowed(kind)).or_default() += 1;
+        Self::error_completion(g, pair, src, h, h.version, errno, out);
+    }
+
+    fn error_completion(
+        g: &mut Inner,
+        pair: u16,
+        src: [u8; 6],
+        h: &Header,
+        version: u8,
+        status: i32,
+        out: &mut Vec<Outgoing>,
+    ) {
         if no_reply(h) {
             g.frames.completions_suppressed += 1;
             return;
@@ -406,7 +482,7 @@ impl ControlRuntime {
             finish_ns: 0,
             body: CompletionBody::None,
         };
-        out.push(Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false });
+        out.push(Outgoing { pair, frame: wire::encode_completion_version(src, version, &msg), event: false });
     }
 
     fn send_all(&self, out: Vec<Outgoing>) {
@@ -557,7 +633,31 @@ impl ControlRuntime {
 fn answered_at_once(pair: u16, src: [u8; 6], h: &Header, body: CompletionBody, now: u64) -> Outgoing {
     let msg =
         CompletionMsg { req_op: h.op, seq: h.seq, status: 0, enqueue_ns: now, start_ns: now, finish_ns: now, body };
-    Outgoing { pair, frame: wire::encode_completion(src, &msg), event: false }
+    Outgoing { pair, frame: wire::encode_completion_version(src, h.version, &msg), event: false }
+}
+
+/// Check and apply an RSS_SET (docs/control-protocol.md §2.9), all or nothing. Errors:
+/// the errno and the `bad_by_kind` name.
+fn rss_set(sink: &dyn ControlSink, set: &wire::RssSet) -> Result<(), (i32, &'static str)> {
+    let Some(rss) = sink.rss() else { return Err((libc::EOPNOTSUPP, "rss_unsupported")) };
+    if !matches!(set.hfunc, wire::RSS_HFUNC_NO_CHANGE | wire::RSS_HFUNC_TOEPLITZ) {
+        return Err((libc::EOPNOTSUPP, "rss_bad_hfunc"));
+    }
+    let key = (!set.key.is_empty()).then_some(&set.key[..]);
+    let indir = (!set.indir.is_empty()).then_some(&set.indir[..]);
+    if key.is_none() && indir.is_none() {
+        return Ok(());
+    }
+    let next = rss.reconfigured(key, indir).map_err(|e| {
+        let kind = match e {
+            RssError::KeyLength(_) | RssError::KeyLengthMismatch { .. } => "rss_bad_key_len",
+            RssError::IndirSize(_) | RssError::IndirSizeMismatch { .. } => "rss_bad_indir_size",
+            RssError::IndirQueue { .. } | RssError::NoQueues => "rss_bad_queue",
+        };
+        (libc::EINVAL, kind)
+    })?;
+    sink.set_rss(next);
+    Ok(())
 }
 
 /// The DEV_STATS entries: the control plane's counters since the last reset and the
@@ -587,6 +687,8 @@ fn op_name(op: u8) -> &'static str {
         wire::op::HELLO => "hello",
         wire::op::STATS => "stats",
         wire::op::DEV_STATS => "dev_stats",
+        wire::op::RSS_GET => "rss_get",
+        wire::op::RSS_SET => "rss_set",
         _ => Op::ALL.into_iter().find(|&o| wire_op(o) == op).map_or("other", Op::name),
     }
 }
@@ -678,6 +780,139 @@ impl Drop for ControlRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::model::rss::{HashTypes, MICROSOFT_KEY};
+    use crate::wire::control::{DeviceMsg, RssConfig, RssSet};
+
+    const GUEST: [u8; 6] = [0x52, 0x54, 0, 1, 2, 3];
+
+    /// A sink holding the device's RSS and capturing what the device sends.
+    struct RssSink {
+        rss: Mutex<Option<Arc<Rss>>>,
+        frames: Mutex<Vec<Vec<u8>>>,
+    }
+
+    impl ControlSink for RssSink {
+        fn send(&self, pair: u16, frame: &[u8]) -> Result<u16, RxError> {
+            self.frames.lock().unwrap().push(frame.to_vec());
+            Ok(pair)
+        }
+        fn rss(&self) -> Option<Arc<Rss>> {
+            self.rss.lock().unwrap().clone()
+        }
+        fn set_rss(&self, rss: Rss) {
+            *self.rss.lock().unwrap() = Some(Arc::new(rss));
+        }
+    }
+
+    fn runtime(with_rss: bool) -> (Arc<ControlRuntime>, Arc<RssSink>) {
+        let rss = with_rss.then(|| Arc::new(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap()));
+        let sink = Arc::new(RssSink { rss: Mutex::new(rss), frames: Mutex::new(vec![]) });
+        let p = Profile::parse("name = \"rss-test\"\n[filter]\nlayout = \"shared\"\ncapacity = 1024\n").unwrap();
+        let table = Arc::new(FilterTable::new(p.filter.layout, p.filter.capacity));
+        let rt = ControlRuntime::new(&p, table, 4, Clock::new(), sink.clone()).unwrap();
+        (rt, sink)
+    }
+
+    /// Send `req` (in protocol `version`) and return the header and completion of the
+    /// answer (RSS requests are answered at once, on the calling thread).
+    fn ask(rt: &ControlRuntime, sink: &RssSink, version: u8, req: &Request) -> (Header, CompletionMsg) {
+        let mut f = wire::encode_request(GUEST, 77, req);
+        f[wire::ETH_HLEN] = version;
+        let before = sink.frames.lock().unwrap().len();
+        rt.handle_frame(2, &f);
+        let frames = sink.frames.lock().unwrap();
+        assert_eq!(frames.len(), before + 1, "one answer to {req}");
+        let (h, m) = wire::decode_device_frame(&frames[before]).unwrap();
+        let DeviceMsg::Completion(c) = m else { panic!("not a completion: {m:?}") };
+        assert_eq!((c.seq, c.req_op), (77, req.op()));
+        (h, c)
+    }
+
+    fn get(rt: &ControlRuntime, sink: &RssSink) -> RssConfig {
+        let (_, c) = ask(rt, sink, wire::VERSION, &Request::RssGet);
+        assert_eq!(c.status, 0);
+        let CompletionBody::Rss(r) = c.body else { panic!("no RSS body: {c:?}") };
+        r
+    }
+
+    fn set(hfunc: u8, key: Vec<u8>, indir: Vec<u16>) -> Request {
+        Request::RssSet(RssSet { hfunc, key, indir })
+    }
+
+    #[test]
+    fn rss_get_shows_the_device_configuration() {
+        let (rt, sink) = runtime(true);
+        let r = get(&rt, &sink);
+        assert_eq!((r.hfunc, r.queues, &r.key[..]), (wire::RSS_HFUNC_TOEPLITZ, 4, &MICROSOFT_KEY[..]));
+        assert_eq!(r.indir, (0..128).map(|i| i % 4).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn rss_set_changes_the_device_live_and_reads_back() {
+        let (rt, sink) = runtime(true);
+        let (_, c) = ask(&rt, &sink, wire::VERSION, &set(wire::RSS_HFUNC_TOEPLITZ, vec![], vec![0; 128]));
+        assert_eq!((c.status, c.body), (0, CompletionBody::None));
+        assert_eq!(get(&rt, &sink).indir, vec![0; 128]);
+        assert_eq!(sink.rss().unwrap().indirection(), &[0; 128][..], "the device's own RSS changed");
+        let key: Vec<u8> = (100..140).collect();
+        assert_eq!(ask(&rt, &sink, wire::VERSION, &set(0, key.clone(), vec![])).1.status, 0);
+        let r = get(&rt, &sink);
+        assert_eq!((r.key, r.indir), (key, vec![0; 128]), "the table stays when only the key changes");
+        // Nothing to change is fine too.
+        assert_eq!(ask(&rt, &sink, wire::VERSION, &set(0, vec![], vec![])).1.status, 0);
+        assert_eq!(rt.snapshot().frames.requests["rss_set"], 3);
+    }
+
+    #[test]
+    fn rss_set_bad_input_gets_the_errno_and_changes_nothing() {
+        let (rt, sink) = runtime(true);
+        let before = get(&rt, &sink);
+        let einval = libc::EINVAL as u16;
+        let mut bad_queue = vec![0u16; 128];
+        bad_queue[100] = 4;
+        let cases: [(Request, u16, &str); 6] = [
+            (set(1, vec![7; 39], vec![]), einval, "rss_bad_key_len"),
+            (set(1, vec![7; 41], vec![]), einval, "rss_bad_key_len"),
+            (set(1, vec![], vec![0; 64]), einval, "rss_bad_indir_size"),
+            (set(1, vec![7; 40], bad_queue), einval, "rss_bad_queue"),
+            (set(2, vec![], vec![0; 128]), libc::EOPNOTSUPP as u16, "rss_bad_hfunc"),
+            (set(4, vec![7; 40], vec![]), libc::EOPNOTSUPP as u16, "rss_bad_hfunc"),
+        ];
+        for (req, errno, kind) in cases {
+            let (h, c) = ask(&rt, &sink, wire::VERSION, &req);
+            assert_eq!((c.status, h.version, c.body), (errno, wire::VERSION, CompletionBody::None), "{req}");
+            assert_eq!(get(&rt, &sink), before, "{req} changed the device");
+            assert!(rt.snapshot().frames.bad_by_kind[kind] > 0, "{kind}");
+        }
+        // Oversized in the frame itself: the codec refuses it (EINVAL) before the device.
+        let mut f = wire::encode_request(GUEST, 78, &set(1, vec![], vec![]));
+        f[wire::ETH_HLEN + wire::HDR_LEN + 2..][..2].copy_from_slice(&65u16.to_be_bytes());
+        rt.handle_frame(0, &f);
+        let (_, m) = wire::decode_device_frame(sink.frames.lock().unwrap().last().unwrap()).unwrap();
+        let DeviceMsg::Completion(c) = m else { panic!() };
+        assert_eq!((c.seq, c.status), (78, einval));
+        assert_eq!(get(&rt, &sink), before);
+    }
+
+    #[test]
+    fn rss_ops_without_rss_or_in_version_1() {
+        let (rt, sink) = runtime(false);
+        let e = libc::EOPNOTSUPP as u16;
+        assert_eq!(ask(&rt, &sink, wire::VERSION, &Request::RssGet).1.status, e);
+        assert_eq!(ask(&rt, &sink, wire::VERSION, &set(1, vec![], vec![0; 128])).1.status, e);
+        // A version 1 peer: the RSS ops do not exist, other ops are answered in version 1.
+        let (rt, sink) = runtime(true);
+        let (h, c) = ask(&rt, &sink, 1, &Request::RssGet);
+        assert_eq!((h.version, c.status), (1, e));
+        let (h, c) = ask(&rt, &sink, 1, &Request::Hello);
+        assert_eq!((h.version, c.status), (1, 0));
+        let (h, c) = ask(&rt, &sink, wire::VERSION, &Request::Hello);
+        assert_eq!((h.version, c.status), (wire::VERSION, 0));
+        // An unknown version is answered with EPROTO in the newest version.
+        let (h, c) = ask(&rt, &sink, 3, &Request::Hello);
+        assert_eq!((h.version, c.status), (wire::VERSION, libc::EPROTO as u16));
+    }
 
     #[test]
     fn tags_round_trip() {

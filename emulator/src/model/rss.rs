@@ -32,6 +32,12 @@ pub enum RssError {
     IndirQueue { slot: usize, queue: u16, queues: u16 },
     #[error("the device needs at least one queue")]
     NoQueues,
+    /// A new key must have the length of the current one (as a NIC's fixed key size).
+    #[error("RSS key of {got} bytes; the device's key is {want} bytes")]
+    KeyLengthMismatch { got: usize, want: usize },
+    /// A new table must have the size of the current one.
+    #[error("indirection table of {got} entries; the device's has {want}")]
+    IndirSizeMismatch { got: usize, want: usize },
 }
 
 /// Table-driven Toeplitz hash for a fixed key.
@@ -275,6 +281,34 @@ impl Rss {
         self.queues
     }
 
+    /// This configuration with a new key and/or indirection table (`None` keeps it), as
+    /// `ethtool -X` changes it: the key keeps its length, the table its size, and every
+    /// entry must name an existing queue. All or nothing: on error `self` is unchanged
+    /// and nothing new is returned.
+    pub fn reconfigured(&self, key: Option<&[u8]>, indir: Option<&[u16]>) -> Result<Rss, RssError> {
+        if let Some(k) = key {
+            if k.len() != self.toeplitz.key.len() {
+                return Err(RssError::KeyLengthMismatch { got: k.len(), want: self.toeplitz.key.len() });
+            }
+        }
+        if let Some(t) = indir {
+            if t.len() != self.indir.len() {
+                return Err(RssError::IndirSizeMismatch { got: t.len(), want: self.indir.len() });
+            }
+            if let Some((slot, &queue)) = t.iter().enumerate().find(|(_, &q)| q >= self.queues) {
+                return Err(RssError::IndirQueue { slot, queue, queues: self.queues });
+            }
+        }
+        let mut next = self.clone();
+        if let Some(k) = key {
+            next.toeplitz = Toeplitz::new(k)?;
+        }
+        if let Some(t) = indir {
+            next.indir = t.to_vec();
+        }
+        Ok(next)
+    }
+
     pub fn indirection(&self) -> &[u16] {
         &self.indir
     }
@@ -391,6 +425,45 @@ mod tests {
         let before = rss.indirection().to_vec();
         rss.spread_over(&[false; 4]);
         assert_eq!(rss.indirection(), &before[..], "a reset keeps the last table");
+    }
+
+    #[test]
+    fn reconfigured_changes_classification_or_nothing() {
+        let rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 8, 4).unwrap();
+        let flows: Vec<PacketInfo> =
+            (0..64u16).map(|p| info(&format!("udp 10.0.0.2:{} 10.0.0.15:7000", 40000 + p), true)).collect();
+        assert!(flows.iter().any(|f| rss.decide(f).queue != 0));
+        // `ethtool -X equal 1`: every hashed packet on queue 0.
+        let one = rss.reconfigured(None, Some(&[0; 8])).unwrap();
+        assert!(flows.iter().all(|f| one.decide(f).queue == 0));
+        assert_eq!(one.toeplitz().key(), &MICROSOFT_KEY[..]);
+        // A new key changes the hash (and only the key).
+        let key: Vec<u8> = (0..40u8).collect();
+        let k = rss.reconfigured(Some(&key), None).unwrap();
+        assert_eq!((k.toeplitz().key(), k.indirection()), (&key[..], rss.indirection()));
+        let f = &flows[0];
+        assert_ne!(k.decide(f).hash, rss.decide(f).hash);
+        assert_eq!(
+            k.decide(f).hash.unwrap().0,
+            Toeplitz::hash_reference(&key, &[10, 0, 0, 2, 10, 0, 0, 15, 0x9c, 0x40, 0x1b, 0x58])
+        );
+        // Bad input: nothing changes.
+        assert_eq!(
+            rss.reconfigured(Some(&[0; 39]), None).unwrap_err(),
+            RssError::KeyLengthMismatch { got: 39, want: 40 }
+        );
+        assert_eq!(
+            rss.reconfigured(Some(&[0; 52]), None).unwrap_err(),
+            RssError::KeyLengthMismatch { got: 52, want: 40 }
+        );
+        assert_eq!(
+            rss.reconfigured(None, Some(&[0; 16])).unwrap_err(),
+            RssError::IndirSizeMismatch { got: 16, want: 8 }
+        );
+        assert_eq!(
+            rss.reconfigured(Some(&key), Some(&[0, 1, 2, 3, 4, 0, 0, 0])).unwrap_err(),
+            RssError::IndirQueue { slot: 4, queue: 4, queues: 4 }
+        );
     }
 
     #[test]

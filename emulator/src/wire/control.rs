@@ -1,4 +1,4 @@
-//! The in-band control protocol v1: frames on EtherType 0x88B5 between the guest's aRFS
+//! The in-band control protocol v2 (v1 peers accepted): frames on EtherType 0x88B5 between the guest's aRFS
 //! driver and the device's command engine. Pure encode/decode, no I/O. The protocol is
 //! documented in docs/control-protocol.md; this module is its reference implementation
 //! on the device side, plus the guest-side encoders and device-frame decoders that tests
@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! Ethernet: dst[6] src[6] ethertype=0x88B5   (one 802.1Q/802.1ad tag accepted on input)
-//! header:   u8 version=1 | u8 op | u16 length (header + body) | u32 seq
+//! header:   u8 version=2 (1 accepted) | u8 op | u16 length (header + body) | u32 seq
 //!           u16 status (0 or a positive Linux errno) | u16 flags | u32 reserved
 //! body:     op specific, `length - 16` bytes; the frame may be padded beyond it
 //! ```
@@ -23,8 +23,10 @@ use std::fmt;
 
 /// The EtherType of control frames.
 pub const ETHERTYPE: u16 = CONTROL_ETHERTYPE;
-/// Protocol version this module speaks.
-pub const VERSION: u8 = 1;
+/// Protocol version this module speaks (RSS_GET / RSS_SET are new in 2).
+pub const VERSION: u8 = 2;
+/// Oldest version still accepted: version 1 is version 2 without the RSS ops.
+pub const MIN_VERSION: u8 = 1;
 /// Source MAC of every device-generated control frame.
 pub const DEVICE_MAC: [u8; 6] = [0x02, 0xa5, 0xf1, 0xc0, 0x00, 0x01];
 /// Destination MAC of guest requests.
@@ -52,6 +54,10 @@ pub mod op {
     pub const QUERY: u8 = 0x07;
     /// The device's counters (answered at once, not through the command engine).
     pub const DEV_STATS: u8 = 0x08;
+    /// The device's RSS configuration (version 2; answered at once).
+    pub const RSS_GET: u8 = 0x09;
+    /// Change the device's RSS key / indirection table / hash function (version 2).
+    pub const RSS_SET: u8 = 0x0a;
     /// A completion's op is `COMPLETION | request op`.
     pub const COMPLETION: u8 = 0x80;
     /// Unsolicited device events.
@@ -69,6 +75,18 @@ pub const MOD_BODY_LEN: usize = 8;
 pub const ID_BODY_LEN: usize = 4;
 /// STATS: u16 count, u16 pad, then `count` entries of this size.
 pub const STATS_ENTRY_LEN: usize = 16;
+
+/// RSS_SET body before the key and the table; RSS_GET reply after the timestamps.
+pub const RSS_SET_HDR_LEN: usize = 8;
+pub const RSS_REPLY_HDR_LEN: usize = 8;
+/// Longest RSS key the protocol carries (bytes).
+pub const RSS_KEY_MAX: usize = 64;
+/// Largest indirection table the protocol carries (entries, u16 each).
+pub const RSS_INDIR_MAX: usize = 128;
+/// Hash functions (`hfunc`): 0 in RSS_SET keeps the current one; 1 Toeplitz (the
+/// values of Linux's `ETH_RSS_HASH_NO_CHANGE` / `ETH_RSS_HASH_TOP`).
+pub const RSS_HFUNC_NO_CHANGE: u8 = 0;
+pub const RSS_HFUNC_TOEPLITZ: u8 = 1;
 
 /// Most entries in a DEV_STATS completion (one per [`dev_counter`] id).
 pub const DEV_STATS_MAX_ENTRIES: usize = 16;
@@ -266,6 +284,31 @@ pub enum Request {
         filter_id: u32,
     },
     DevStats,
+    RssGet,
+    RssSet(RssSet),
+}
+
+/// RSS_SET: what to change. An empty key or table keeps the current one; `hfunc` 0 keeps
+/// the hash function. The device checks `hfunc`, the sizes and the entries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RssSet {
+    pub hfunc: u8,
+    /// At most [`RSS_KEY_MAX`] bytes.
+    pub key: Vec<u8>,
+    /// At most [`RSS_INDIR_MAX`] entries.
+    pub indir: Vec<u16>,
+}
+
+/// The device's RSS configuration (RSS_GET's completion).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RssConfig {
+    pub hfunc: u8,
+    /// Queue pairs the table may point at.
+    pub queues: u16,
+    /// At most [`RSS_KEY_MAX`] bytes.
+    pub key: Vec<u8>,
+    /// At most [`RSS_INDIR_MAX`] entries.
+    pub indir: Vec<u16>,
 }
 
 impl Request {
@@ -279,6 +322,8 @@ impl Request {
             Request::Stats(_) => op::STATS,
             Request::Query { .. } => op::QUERY,
             Request::DevStats => op::DEV_STATS,
+            Request::RssGet => op::RSS_GET,
+            Request::RssSet(_) => op::RSS_SET,
         }
     }
 
@@ -301,7 +346,7 @@ pub enum DecodeError {
     /// zero (seq is 0 unless all of it was present).
     #[error("truncated control header ({have} of 16 bytes)")]
     TruncatedHeader { header: Header, have: usize },
-    #[error("protocol version {} is not 1", header.version)]
+    #[error("protocol version {} is not 1 or 2", header.version)]
     BadVersion { header: Header },
     #[error("unknown op {:#04x}", header.op)]
     UnknownOp { header: Header },
@@ -320,6 +365,9 @@ pub enum DecodeError {
     /// An IPv4 ADD with non-zero bytes after the first four of an address.
     #[error("IPv4 address with non-zero bytes 4..16")]
     BadAddress { header: Header },
+    /// RSS_SET with a key or table longer than the protocol carries.
+    #[error("RSS_SET key of {key_len} bytes / table of {indir_size} entries exceeds 64 / 128")]
+    RssTooLarge { header: Header, key_len: usize, indir_size: usize },
 }
 
 impl DecodeError {
@@ -335,7 +383,8 @@ impl DecodeError {
             | DecodeError::BadBody { header, .. }
             | DecodeError::BadIpVersion { header, .. }
             | DecodeError::BadL4Proto { header, .. }
-            | DecodeError::BadAddress { header } => Some(header),
+            | DecodeError::BadAddress { header }
+            | DecodeError::RssTooLarge { header, .. } => Some(header),
         }
     }
 
@@ -363,6 +412,7 @@ impl DecodeError {
             DecodeError::BadIpVersion { .. } => "bad_ip_version",
             DecodeError::BadL4Proto { .. } => "bad_l4_proto",
             DecodeError::BadAddress { .. } => "bad_address",
+            DecodeError::RssTooLarge { .. } => "rss_too_large",
         }
     }
 }
@@ -408,7 +458,7 @@ pub fn eth_info(frame: &[u8]) -> Result<EthInfo, DecodeError> {
 }
 
 /// Split a control frame into its header and its body (`length - 16` bytes, padding
-/// removed). Checks, in the documented order: the 16-byte header is present, version 1,
+/// removed). Checks, in the documented order: the 16-byte header is present, version 1 or 2,
 /// `16 <= length <= bytes present`, `reserved == 0`. The op is not looked at.
 fn split(frame: &[u8]) -> Result<(EthInfo, Header, &[u8]), DecodeError> {
     let eth = eth_info(frame)?;
@@ -424,7 +474,7 @@ fn split(frame: &[u8]) -> Result<(EthInfo, Header, &[u8]), DecodeError> {
         }
         return Err(DecodeError::TruncatedHeader { header, have });
     }
-    if header.version != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&header.version) {
         return Err(DecodeError::BadVersion { header });
     }
     let len = usize::from(header.length);
@@ -469,6 +519,9 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
         op::HELLO => Request::Hello,
         op::FLUSH => Request::Flush,
         op::DEV_STATS => Request::DevStats,
+        // Version 1 has no RSS ops.
+        op::RSS_GET if header.version >= 2 => Request::RssGet,
+        op::RSS_SET if header.version >= 2 => Request::RssSet(decode_rss_set(h, body)?),
         op::ADD => {
             expect_min(h, body, ADD_BODY_LEN, ">= 44")?;
             Request::Add(decode_add(h, body)?)
@@ -496,6 +549,23 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
         _ => return Err(DecodeError::UnknownOp { header }),
     };
     Ok((eth, header, req))
+}
+
+/// RSS_SET body: u8 hfunc, u8 pad, u16 key_len, u16 indir_size, u16 pad, the key, then
+/// `indir_size` u16 entries. Sizes are checked against the frame and the protocol
+/// limits before anything is allocated.
+fn decode_rss_set(h: &Header, b: &[u8]) -> Result<RssSet, DecodeError> {
+    expect_min(h, b, RSS_SET_HDR_LEN, ">= 8 + key_len + 2 * indir_size")?;
+    let key_len = usize::from(be16(b, 2));
+    let indir_size = usize::from(be16(b, 4));
+    if key_len > RSS_KEY_MAX || indir_size > RSS_INDIR_MAX {
+        return Err(DecodeError::RssTooLarge { header: *h, key_len, indir_size });
+    }
+    expect_min(h, b, RSS_SET_HDR_LEN + key_len + 2 * indir_size, ">= 8 + key_len + 2 * indir_size")?;
+    let key = b[RSS_SET_HDR_LEN..RSS_SET_HDR_LEN + key_len].to_vec();
+    let at = RSS_SET_HDR_LEN + key_len;
+    let indir = b[at..at + 2 * indir_size].chunks_exact(2).map(|e| be16(e, 0)).collect();
+    Ok(RssSet { hfunc: b[0], key, indir })
 }
 
 fn decode_add(h: &Header, b: &[u8]) -> Result<AddRequest, DecodeError> {
@@ -546,7 +616,20 @@ pub fn encode_raw(dst: [u8; 6], src: [u8; 6], header: Header, body: &[u8]) -> Ve
 pub fn request_body(req: &Request) -> Vec<u8> {
     let mut b = Vec::new();
     match req {
-        Request::Hello | Request::Flush | Request::DevStats => {}
+        Request::Hello | Request::Flush | Request::DevStats | Request::RssGet => {}
+        Request::RssSet(r) => {
+            // Longer keys / tables than a frame may carry are cut to the limits.
+            let key = &r.key[..r.key.len().min(RSS_KEY_MAX)];
+            let indir = &r.indir[..r.indir.len().min(RSS_INDIR_MAX)];
+            b.extend_from_slice(&[r.hfunc, 0]);
+            b.extend_from_slice(&(key.len() as u16).to_be_bytes());
+            b.extend_from_slice(&(indir.len() as u16).to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(key);
+            for q in indir {
+                b.extend_from_slice(&q.to_be_bytes());
+            }
+        }
         Request::Add(a) => {
             b.extend_from_slice(&a.filter_id.to_be_bytes());
             b.extend_from_slice(&a.rxq.to_be_bytes());
@@ -615,6 +698,8 @@ pub enum CompletionBody {
     },
     /// DEV_STATS: `(id, value)` pairs, at most [`DEV_STATS_MAX_ENTRIES`].
     DevStats(Vec<(u16, u64)>),
+    /// RSS_GET: the device's RSS configuration.
+    Rss(RssConfig),
 }
 
 /// A device completion.
@@ -651,6 +736,12 @@ impl EventMsg {
 
 /// Device side: a completion frame from the device MAC to `guest_mac`.
 pub fn encode_completion(guest_mac: [u8; 6], c: &CompletionMsg) -> Vec<u8> {
+    encode_completion_version(guest_mac, VERSION, c)
+}
+
+/// As [`encode_completion`] with an explicit header version (a version 1 request gets
+/// a version 1 answer).
+pub fn encode_completion_version(guest_mac: [u8; 6], version: u8, c: &CompletionMsg) -> Vec<u8> {
     let mut b = Vec::with_capacity(TIMESTAMPS_LEN + 8 + 16 + PROFILE_NAME_LEN);
     b.extend_from_slice(&c.enqueue_ns.to_be_bytes());
     b.extend_from_slice(&c.start_ns.to_be_bytes());
@@ -683,20 +774,36 @@ pub fn encode_completion(guest_mac: [u8; 6], c: &CompletionMsg) -> Vec<u8> {
                 b.extend_from_slice(&value.to_be_bytes());
             }
         }
+        CompletionBody::Rss(r) => {
+            let key = &r.key[..r.key.len().min(RSS_KEY_MAX)];
+            let indir = &r.indir[..r.indir.len().min(RSS_INDIR_MAX)];
+            b.extend_from_slice(&[r.hfunc, 0]);
+            b.extend_from_slice(&(key.len() as u16).to_be_bytes());
+            b.extend_from_slice(&(indir.len() as u16).to_be_bytes());
+            b.extend_from_slice(&r.queues.to_be_bytes());
+            b.extend_from_slice(key);
+            for q in indir {
+                b.extend_from_slice(&q.to_be_bytes());
+            }
+        }
     }
-    let header =
-        Header { version: VERSION, op: op::COMPLETION | c.req_op, seq: c.seq, status: c.status, ..Default::default() };
+    let header = Header { version, op: op::COMPLETION | c.req_op, seq: c.seq, status: c.status, ..Default::default() };
     encode_raw(guest_mac, DEVICE_MAC, header, &b)
 }
 
 /// Device side: an event frame; `seq` is the device's event counter.
 pub fn encode_event(guest_mac: [u8; 6], seq: u32, e: &EventMsg) -> Vec<u8> {
+    encode_event_version(guest_mac, VERSION, seq, e)
+}
+
+/// As [`encode_event`] with an explicit header version.
+pub fn encode_event_version(guest_mac: [u8; 6], version: u8, seq: u32, e: &EventMsg) -> Vec<u8> {
     let body: Vec<u8> = match e {
         EventMsg::RuleAged { filter_id } => filter_id.to_be_bytes().to_vec(),
         EventMsg::TableFlushed => Vec::new(),
         EventMsg::EngineState { disabled } => vec![0, u8::from(*disabled), 0, 0],
     };
-    let header = Header { version: VERSION, op: e.op(), seq, ..Default::default() };
+    let header = Header { version, op: e.op(), seq, ..Default::default() };
     encode_raw(guest_mac, DEVICE_MAC, header, &body)
 }
 
@@ -738,6 +845,19 @@ pub fn decode_device_frame(frame: &[u8]) -> Result<(Header, DeviceMsg), DecodeEr
             {
                 let entries = rest[4..].chunks_exact(STATS_ENTRY_LEN).map(|e| (be16(e, 0), be64(e, 8))).collect();
                 CompletionBody::DevStats(entries)
+            }
+            (op::RSS_GET, n) if n >= RSS_REPLY_HDR_LEN => {
+                let key_len = usize::from(be16(rest, 2));
+                let indir_size = usize::from(be16(rest, 4));
+                if key_len > RSS_KEY_MAX
+                    || indir_size > RSS_INDIR_MAX
+                    || n != RSS_REPLY_HDR_LEN + key_len + 2 * indir_size
+                {
+                    return Err(DecodeError::BadBody { header, got: TIMESTAMPS_LEN + n, expected: "RSS_GET reply" });
+                }
+                let key = rest[RSS_REPLY_HDR_LEN..RSS_REPLY_HDR_LEN + key_len].to_vec();
+                let indir = rest[RSS_REPLY_HDR_LEN + key_len..].chunks_exact(2).map(|e| be16(e, 0)).collect();
+                CompletionBody::Rss(RssConfig { hfunc: rest[0], queues: be16(rest, 6), key, indir })
             }
             (_, n) => return Err(DecodeError::BadBody { header, got: TIMESTAMPS_LEN + n, expected: "op specific" }),
         };
@@ -783,6 +903,10 @@ impl fmt::Display for Request {
             Request::Stats(e) => write!(f, "STATS ({} counters)", e.len()),
             Request::Query { filter_id } => write!(f, "QUERY id={filter_id}"),
             Request::DevStats => write!(f, "DEV_STATS"),
+            Request::RssGet => write!(f, "RSS_GET"),
+            Request::RssSet(r) => {
+                write!(f, "RSS_SET hfunc={} key={}B indir={} entries", r.hfunc, r.key.len(), r.indir.len())
+            }
         }
     }
 }
@@ -808,7 +932,7 @@ mod tests {
         assert_eq!(&f[0..6], &BROADCAST_MAC);
         assert_eq!(&f[6..12], &GUEST);
         assert_eq!(&f[12..14], &[0x88, 0xb5]);
-        assert_eq!(&f[14..30], &[1, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&f[14..30], &[2, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
         let b = &f[30..];
         assert_eq!(&b[0..8], &[1, 2, 3, 4, 0, 3, 4, 6]);
         assert_eq!(&b[8..12], &[10, 0, 0, 1]);
@@ -833,10 +957,12 @@ mod tests {
     #[test]
     fn errors_carry_status_and_seq() {
         let mut f = encode_request(GUEST, 0xdead_beef, &Request::Hello);
-        f[14] = 2;
+        f[14] = 3;
         let e = decode_request(&f).unwrap_err();
         assert_eq!((e.errno(), e.header().map(|h| h.seq)), (Some(libc::EPROTO), Some(0xdead_beef)));
-        f[14] = 1;
+        f[14] = 0;
+        assert_eq!(decode_request(&f).unwrap_err().kind(), "bad_version");
+        f[14] = 2;
         f[15] = 0x33;
         assert_eq!(decode_request(&f).unwrap_err().errno(), Some(libc::EOPNOTSUPP));
         f[15] = op::DEL; // DEL with an empty body
@@ -877,7 +1003,7 @@ mod tests {
             rxq: 2,
             key: FlowKey::v4(L4Proto::Udp, [10, 0, 0, 2], 40000, [10, 0, 0, 15], 7000),
         });
-        let want_req = "ffffffffffff525400123456 88b5 0102 003c 00000011 0000 0000 00000000 \
+        let want_req = "ffffffffffff525400123456 88b5 0202 003c 00000011 0000 0000 00000000 \
                         00000007 0002 04 11 0a000002000000000000000000000000 0a00000f000000000000000000000000 9c40 1b58";
         assert_eq!(hex::encode(encode_request(mac, 0x11, &req)), want_req.replace([' ', '\\', '\n'], ""));
         let c = CompletionMsg {
@@ -889,7 +1015,7 @@ mod tests {
             finish_ns: 1_050_500,
             body: CompletionBody::None,
         };
-        let want_c = "525400123456 02a5f1c00001 88b5 0182 0028 00000011 0000 0000 00000000 \
+        let want_c = "525400123456 02a5f1c00001 88b5 0282 0028 00000011 0000 0000 00000000 \
                       00000000000f4240 00000000000f4434 0000000000100784 000000000000";
         assert_eq!(hex::encode(encode_completion(mac, &c)), want_c.replace([' ', '\\', '\n'], ""));
     }
@@ -942,6 +1068,105 @@ mod tests {
             assert_eq!(decode_device_frame(&f).unwrap().1, DeviceMsg::Event { seq: 42, event: e });
         }
     }
+
+    fn rss_set() -> Request {
+        Request::RssSet(RssSet {
+            hfunc: RSS_HFUNC_TOEPLITZ,
+            key: (0..40).collect(),
+            indir: vec![0, 1, 2, 3, 0, 1, 2, 3],
+        })
+    }
+
+    #[test]
+    fn rss_set_layout_and_round_trip() {
+        let f = encode_request(GUEST, 5, &rss_set());
+        let b = &f[ETH_HLEN + HDR_LEN..];
+        assert_eq!(&f[14..18], &[2, op::RSS_SET, 0, (16 + 8 + 40 + 16) as u8]);
+        assert_eq!(&b[..8], &[1, 0, 0, 40, 0, 8, 0, 0]);
+        assert_eq!(&b[8..12], &[0, 1, 2, 3]);
+        assert_eq!(&b[48..52], &[0, 0, 0, 1]);
+        assert_eq!(decode_request(&f).unwrap().1, rss_set());
+        // Nothing to change: keep everything.
+        let keep = Request::RssSet(RssSet::default());
+        assert_eq!(decode_request(&encode_request(GUEST, 6, &keep)).unwrap().1, keep);
+        assert_eq!(decode_request(&encode_request(GUEST, 7, &Request::RssGet)).unwrap().1, Request::RssGet);
+    }
+
+    #[test]
+    fn rss_set_bad_bodies() {
+        let f = encode_request(GUEST, 5, &rss_set());
+        let body = f[ETH_HLEN + HDR_LEN..].to_vec();
+        let raw = |body: &[u8]| {
+            let h = Header { version: VERSION, op: op::RSS_SET, seq: 9, ..Default::default() };
+            encode_raw(BROADCAST_MAC, GUEST, h, body)
+        };
+        // Shorter than the 8-byte head, or than the sizes it announces.
+        for n in [0, 7, 8, 47, body.len() - 1] {
+            let e = decode_request(&raw(&body[..n])).unwrap_err();
+            assert!(n == 8 || matches!(e, DecodeError::BadBody { .. }), "{n}: {e:?}");
+            assert_eq!(e.errno(), Some(libc::EINVAL), "{n}");
+        }
+        // Sizes beyond the protocol's limits, even in a frame long enough.
+        let mut big = body.clone();
+        big[2..4].copy_from_slice(&65u16.to_be_bytes());
+        big.resize(8 + 65 + 16, 0);
+        let e = decode_request(&raw(&big)).unwrap_err();
+        assert_eq!((e.kind(), e.errno()), ("rss_too_large", Some(libc::EINVAL)));
+        let mut big = body.clone();
+        big[4..6].copy_from_slice(&129u16.to_be_bytes());
+        big.resize(8 + 40 + 2 * 129, 0);
+        assert_eq!(decode_request(&raw(&big)).unwrap_err().kind(), "rss_too_large");
+        // A u16::MAX count in a short frame allocates nothing.
+        let mut huge = body[..8].to_vec();
+        huge[2..6].copy_from_slice(&[0xff; 4]);
+        assert_eq!(decode_request(&raw(&huge)).unwrap_err().kind(), "rss_too_large");
+    }
+
+    #[test]
+    fn rss_ops_need_version_2() {
+        for req in [Request::RssGet, rss_set()] {
+            let mut f = encode_request(GUEST, 1, &req);
+            f[14] = 1;
+            let e = decode_request(&f).unwrap_err();
+            assert_eq!((e.kind(), e.errno()), ("unknown_op", Some(libc::EOPNOTSUPP)));
+        }
+        // Every version 1 op still decodes in a version 1 frame.
+        let mut f = encode_request(GUEST, 1, &add());
+        f[14] = 1;
+        assert_eq!(decode_request(&f).unwrap().1, add());
+    }
+
+    #[test]
+    fn rss_get_completion_round_trip_and_checks() {
+        let c = CompletionMsg {
+            req_op: op::RSS_GET,
+            seq: 4,
+            status: 0,
+            enqueue_ns: 1,
+            start_ns: 1,
+            finish_ns: 1,
+            body: CompletionBody::Rss(RssConfig {
+                hfunc: RSS_HFUNC_TOEPLITZ,
+                queues: 4,
+                key: KEY_FOR_TEST.to_vec(),
+                indir: (0..128).map(|i| i % 4).collect(),
+            }),
+        };
+        let f = encode_completion(GUEST, &c);
+        assert_eq!(f.len(), ETH_HLEN + HDR_LEN + TIMESTAMPS_LEN + RSS_REPLY_HDR_LEN + 40 + 256);
+        assert_eq!(decode_device_frame(&f).unwrap().1, DeviceMsg::Completion(c.clone()));
+        // A table size that disagrees with the length is refused.
+        let mut bad = f.clone();
+        bad[ETH_HLEN + HDR_LEN + TIMESTAMPS_LEN + 5] = 127;
+        assert!(matches!(decode_device_frame(&bad), Err(DecodeError::BadBody { .. })));
+        // A version 1 answer decodes too.
+        let v1 = encode_completion_version(GUEST, 1, &c);
+        assert_eq!(v1[14], 1);
+        assert_eq!(decode_device_frame(&v1).unwrap().1, DeviceMsg::Completion(c));
+    }
+
+    /// Any 40-byte key (the wire layer does not know the model's default).
+    const KEY_FOR_TEST: [u8; 40] = [0x6d; 40];
 
     #[test]
     fn counter_ids() {
