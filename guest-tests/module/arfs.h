@@ -35,9 +35,12 @@
 #define ARFS_STATS_PERIOD_MS	100
 /* device counters are fetched every this many STATS periods */
 #define ARFS_DEV_STATS_EVERY	10
-/* largest completion body the module keeps (timestamps + a full DEV_STATS) */
-#define ARFS_MAX_REPLY		(ARFS_DEV_STATS_OFF_ENTRIES + \
-				 ARFS_DEV_STATS_MAX_ENTRIES * ARFS_STATS_ENTRY_LEN)
+/* largest completion body: timestamps + a full DEV_STATS or RSS_GET reply */
+#define ARFS_DEV_STATS_REPLY_MAX	(ARFS_DEV_STATS_OFF_ENTRIES + \
+					 ARFS_DEV_STATS_MAX_ENTRIES * ARFS_STATS_ENTRY_LEN)
+#define ARFS_RSS_REPLY_MAX	(ARFS_RSS_OFF_KEY + ARFS_RSS_KEY_MAX + \
+				 ARFS_RSS_INDIR_MAX * ARFS_RSS_INDIR_ENTRY_LEN)
+#define ARFS_MAX_REPLY		ARFS_RSS_REPLY_MAX	/* the larger: arfs_proto.c */
 
 /* module parameters (arfs_main.c), read with READ_ONCE() where writable */
 extern unsigned int arfs_buckets;
@@ -193,6 +196,12 @@ struct arfs_priv {
 	u32 last_event_seq;
 	bool have_event_seq;
 
+	u8 proto_version;	/* 2, or 1 against a version 1 device */
+	/* the device's RSS sizes from the latest RSS_GET (valid when set) */
+	bool rss_valid;
+	u16 rss_key_size;
+	u16 rss_indir_size;
+
 	u16 caps_queue_pairs;
 	u16 caps_layout;
 	u32 caps_capacity[ARFS_CAPS_CAPACITY_NR];
@@ -255,6 +264,9 @@ void arfs_count_err(struct arfs_priv *p, int kind, int rc);
 u64 arfs_ctr_read(struct arfs_priv *p, int id);
 int arfs_dev_stats_fetch(struct arfs_priv *p);
 void arfs_stats_work(struct work_struct *work);
+int arfs_rss_get(struct arfs_priv *p, u32 *indir, u8 *key, u8 *hfunc);
+int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
+		 u8 hfunc);
 int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	     struct packet_type *pt, struct net_device *orig_dev);
 

@@ -577,6 +577,63 @@ static void arfs_get_ethtool_stats(struct net_device *dev,
 		*data++ = atomic64_read(&p->dev_ctr[i]);
 }
 
+/*
+ * ethtool -x / -X: the device's RSS through RSS_GET / RSS_SET, each a
+ * synchronous command bounded by cmd_timeout_ms (-ETIMEDOUT).  The ethtool
+ * core calls these under RTNL.  The sizes come from the latest RSS_GET; the
+ * first call asks the device (0 while it has not answered: ethtool then says
+ * the operation is not supported).
+ */
+static u32 arfs_get_rxfh_key_size(struct net_device *dev)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+
+	if (!p->rss_valid)
+		arfs_rss_get(p, NULL, NULL, NULL);
+	return p->rss_valid ? p->rss_key_size : 0;
+}
+
+static u32 arfs_get_rxfh_indir_size(struct net_device *dev)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+
+	if (!p->rss_valid)
+		arfs_rss_get(p, NULL, NULL, NULL);
+	return p->rss_valid ? p->rss_indir_size : 0;
+}
+
+/* Kbuild probes for struct ethtool_rxfh_param (the ops take it since 6.8) */
+#ifdef ARFS_HAVE_ETHTOOL_RXFH_PARAM
+static int arfs_get_rxfh(struct net_device *dev,
+			 struct ethtool_rxfh_param *rxfh)
+{
+	return arfs_rss_get(arfs_from_ethtool(dev), rxfh->indir, rxfh->key,
+			    &rxfh->hfunc);
+}
+
+static int arfs_set_rxfh(struct net_device *dev,
+			 struct ethtool_rxfh_param *rxfh,
+			 struct netlink_ext_ack *extack)
+{
+	if (rxfh->rss_context)
+		return -EOPNOTSUPP;
+	return arfs_rss_set(arfs_from_ethtool(dev), rxfh->indir, rxfh->key,
+			    rxfh->hfunc);
+}
+#else
+static int arfs_get_rxfh(struct net_device *dev, u32 *indir, u8 *key,
+			 u8 *hfunc)
+{
+	return arfs_rss_get(arfs_from_ethtool(dev), indir, key, hfunc);
+}
+
+static int arfs_set_rxfh(struct net_device *dev, const u32 *indir,
+			 const u8 *key, const u8 hfunc)
+{
+	return arfs_rss_set(arfs_from_ethtool(dev), indir, key, hfunc);
+}
+#endif
+
 static void arfs_steering_off_ops(struct arfs_priv *p)
 {
 	struct net_device *dev = p->dev;
@@ -694,6 +751,7 @@ static int arfs_attach(const char *name)
 	spin_lock_init(&p->arfs_lock);
 	spin_lock_init(&p->cmd_lock);
 	INIT_LIST_HEAD(&p->cmd_pending);
+	p->proto_version = ARFS_PROTO_VERSION;
 	INIT_DELAYED_WORK(&p->stats_work, arfs_stats_work);
 	INIT_DELAYED_WORK(&p->expire_work, arfs_expire_work);
 
@@ -764,6 +822,10 @@ static int arfs_attach(const char *name)
 		p->eops.get_sset_count = arfs_get_sset_count;
 		p->eops.get_strings = arfs_get_strings;
 		p->eops.get_ethtool_stats = arfs_get_ethtool_stats;
+		p->eops.get_rxfh_key_size = arfs_get_rxfh_key_size;
+		p->eops.get_rxfh_indir_size = arfs_get_rxfh_indir_size;
+		p->eops.get_rxfh = arfs_get_rxfh;
+		p->eops.set_rxfh = arfs_set_rxfh;
 		WRITE_ONCE(dev->ethtool_ops, &p->eops);
 	}
 	list_add_tail(&p->node, &arfs_list);

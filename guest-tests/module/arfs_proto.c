@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * arfs_virtio control frames (protocol v1, arfs_proto.h): building and
+ * arfs_virtio control frames (protocol v2, arfs_proto.h): building and
  * transmitting requests, waiting for their completions, the receive handler
- * for completions and events, HELLO/CAPS, and the periodic STATS push.
+ * for completions and events, HELLO/CAPS, RSS_GET/RSS_SET, and the periodic
+ * STATS push.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -10,6 +11,7 @@
 #include <linux/ctype.h>
 #include <linux/err.h>
 #include <linux/etherdevice.h>
+#include <linux/ethtool.h>
 #include <linux/if_ether.h>
 #include <linux/jiffies.h>
 #include <linux/kernel.h>
@@ -41,6 +43,12 @@ static_assert(ARFS_CAPS_OFF_PROFILE + ARFS_PROFILE_LEN == ARFS_TS_LEN + ARFS_CAP
 static_assert(ARFS_QUERY_OFF_HITS + 8 == ARFS_TS_LEN + ARFS_QUERY_REPLY_LEN);
 static_assert(ARFS_CTR_WORK_DELAY_NS_MAX + 1 == ARFS_CTR_NR);
 static_assert(ARFS_CAPS_CAPACITY_NR == ARFS_NUM_TYPES);
+static_assert(ARFS_RSS_SET_OFF_PAD2 + 2 == ARFS_RSS_SET_HDR_LEN);
+static_assert(ARFS_RSS_SET_OFF_KEY == ARFS_RSS_SET_HDR_LEN);
+static_assert(ARFS_TS_LEN + ARFS_RSS_REPLY_HDR_LEN == ARFS_RSS_OFF_KEY);
+static_assert(ARFS_RSS_HFUNC_NO_CHANGE == ETH_RSS_HASH_NO_CHANGE);
+static_assert(ARFS_RSS_HFUNC_TOEPLITZ == ETH_RSS_HASH_TOP);
+static_assert(ARFS_MAX_REPLY >= ARFS_DEV_STATS_REPLY_MAX);
 
 static const u8 arfs_device_mac[ETH_ALEN] = {
 	ARFS_DEVICE_MAC_0, ARFS_DEVICE_MAC_1, ARFS_DEVICE_MAC_2,
@@ -79,7 +87,7 @@ static struct sk_buff *arfs_build_frame(struct arfs_priv *p, u8 op, u32 seq,
 	skb_set_network_header(skb, ETH_HLEN);
 
 	h = skb_put_zero(skb, len);
-	h[ARFS_HDR_OFF_VERSION] = ARFS_PROTO_VERSION;
+	h[ARFS_HDR_OFF_VERSION] = READ_ONCE(p->proto_version);
 	h[ARFS_HDR_OFF_OP] = op;
 	put_unaligned_be16(len, h + ARFS_HDR_OFF_LENGTH);
 	put_unaligned_be32(seq, h + ARFS_HDR_OFF_SEQ);
@@ -179,8 +187,8 @@ done:
 		arfs_diag_inc(p, ARFS_DIAG_CMD_CANCELED);
 		return cmd->status;
 	}
-	/* the histogram is of filter commands: DEV_STATS is answered at once */
-	if (op != ARFS_OP_DEV_STATS)
+	/* the histogram is of filter commands: the others are answered at once */
+	if (op >= ARFS_OP_ADD && op <= ARFS_OP_QUERY)
 		atomic64_inc(&p->hist[arfs_hist_bucket(cmd->rcvd_ns - cmd->sent_ns)]);
 	return -cmd->status;
 }
@@ -390,6 +398,21 @@ again:
 
 /* ---- receive ---------------------------------------------------------- */
 
+/*
+ * Frame bytes (header included) an RSS_GET reply needs: its sizes must be
+ * within the protocol limits (else more than the buffer, so it is dropped).
+ */
+static unsigned int arfs_rss_reply_len(const u8 *body)
+{
+	unsigned int key_len = get_unaligned_be16(body + ARFS_RSS_OFF_KEY_LEN);
+	unsigned int n = get_unaligned_be16(body + ARFS_RSS_OFF_INDIR_SIZE);
+
+	if (key_len > ARFS_RSS_KEY_MAX || n > ARFS_RSS_INDIR_MAX)
+		return ARFS_HDR_LEN + ARFS_MAX_REPLY + 1;
+	return ARFS_HDR_LEN + ARFS_RSS_OFF_KEY + key_len +
+	       n * ARFS_RSS_INDIR_ENTRY_LEN;
+}
+
 static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 			       unsigned int hlen, unsigned int copied)
 {
@@ -400,7 +423,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 	struct arfs_cmd *cmd, *found = NULL;
 
 	arfs_diag_inc(p, ARFS_DIAG_RX_COMPLETIONS);
-	if (op < ARFS_OP_HELLO || op > ARFS_OP_DEV_STATS || op == ARFS_OP_STATS) {
+	if (op < ARFS_OP_HELLO || op > ARFS_OP_RSS_SET || op == ARFS_OP_STATS) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_OP);
 		return;
 	}
@@ -420,6 +443,11 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 		       min_t(unsigned int, ARFS_DEV_STATS_MAX_ENTRIES,
 			     get_unaligned_be16(buf + ARFS_HDR_LEN +
 						ARFS_DEV_STATS_OFF_COUNT));
+	else if (!status && op == ARFS_OP_RSS_GET && hlen >= ARFS_HDR_LEN +
+		 ARFS_RSS_OFF_KEY && copied >= ARFS_HDR_LEN + ARFS_RSS_OFF_KEY)
+		need = arfs_rss_reply_len(buf + ARFS_HDR_LEN);
+	else if (!status && op == ARFS_OP_RSS_GET)
+		need = ARFS_HDR_LEN + ARFS_RSS_OFF_KEY;
 	if (hlen < need || copied < need) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_BODY);
 		return;
@@ -547,7 +575,8 @@ int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	}
 	if (skb_copy_bits(skb, 0, buf, ARFS_HDR_LEN))
 		goto drop;
-	if (buf[ARFS_HDR_OFF_VERSION] != ARFS_PROTO_VERSION) {
+	if (buf[ARFS_HDR_OFF_VERSION] < ARFS_PROTO_VERSION_MIN ||
+	    buf[ARFS_HDR_OFF_VERSION] > ARFS_PROTO_VERSION) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_VERSION);
 		goto drop;
 	}
@@ -596,6 +625,14 @@ void arfs_hello(struct arfs_priv *p)
 	if (!cmd)
 		return;
 	rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL, ARFS_HELLO_BODY_LEN, false);
+	if (rc == -EPROTO && p->proto_version > ARFS_PROTO_VERSION_MIN) {
+		/* a version 1 device: speak version 1, without the RSS ops */
+		arfs_info(p->dev, "device speaks control protocol v%u only: no RSS ops\n",
+			  ARFS_PROTO_VERSION_MIN);
+		WRITE_ONCE(p->proto_version, ARFS_PROTO_VERSION_MIN);
+		rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL,
+				   ARFS_HELLO_BODY_LEN, false);
+	}
 	if (rc) {
 		arfs_warn(p->dev, "HELLO got no CAPS answer (%d%s); steering anyway\n", rc,
 			  rc == -ETIMEDOUT ? ": device does not speak the control protocol?" : "");
@@ -625,4 +662,104 @@ void arfs_hello(struct arfs_priv *p)
 		arfs_info(p->dev, "device has %u queue pairs, %u RX queues enabled\n",
 			  p->caps_queue_pairs, p->dev->real_num_rx_queues);
 	kfree(cmd);
+}
+
+/* ---- RSS (ethtool -x / -X) -------------------------------------------- */
+
+/* a command followed by @extra bytes of request body */
+static struct arfs_cmd *arfs_cmd_alloc(size_t extra)
+{
+	return kmalloc(sizeof(struct arfs_cmd) + extra, GFP_KERNEL);
+}
+
+/*
+ * Ask the device for its RSS and copy it out: @indir and @key (either may be
+ * NULL) must hold the sizes of the latest RSS_GET (p->rss_indir_size,
+ * p->rss_key_size); with both NULL this only refreshes those sizes.  Sleeps
+ * up to cmd_timeout_ms (RTNL held by the ethtool core).  -EOPNOTSUPP against
+ * a version 1 device, -EAGAIN when the device's sizes changed since the
+ * caller sized its buffers.
+ */
+int arfs_rss_get(struct arfs_priv *p, u32 *indir, u8 *key, u8 *hfunc)
+{
+	unsigned int key_len, n, i;
+	struct arfs_cmd *cmd;
+	const u8 *r;
+	int rc;
+
+	if (READ_ONCE(p->proto_version) < 2)
+		return -EOPNOTSUPP;
+	cmd = arfs_cmd_alloc(0);
+	if (!cmd)
+		return -ENOMEM;
+	rc = arfs_cmd_exec(p, cmd, ARFS_OP_RSS_GET, NULL, ARFS_RSS_GET_BODY_LEN,
+			   false);
+	if (rc)
+		goto out;
+	r = cmd->reply;
+	key_len = get_unaligned_be16(r + ARFS_RSS_OFF_KEY_LEN);
+	n = get_unaligned_be16(r + ARFS_RSS_OFF_INDIR_SIZE);
+	/* arfs_rx_completion() checked the sizes against the reply length */
+	if ((indir || key) && p->rss_valid &&
+	    (key_len != p->rss_key_size || n != p->rss_indir_size)) {
+		rc = -EAGAIN;
+	} else {
+		if (hfunc)
+			*hfunc = r[ARFS_RSS_OFF_HFUNC] == ARFS_RSS_HFUNC_TOEPLITZ ?
+				 ETH_RSS_HASH_TOP : ETH_RSS_HASH_UNKNOWN;
+		if (key)
+			memcpy(key, r + ARFS_RSS_OFF_KEY, key_len);
+		for (i = 0; indir && i < n; i++)
+			indir[i] = get_unaligned_be16(r + ARFS_RSS_OFF_KEY + key_len +
+						      i * ARFS_RSS_INDIR_ENTRY_LEN);
+	}
+	p->rss_key_size = key_len;
+	p->rss_indir_size = n;
+	p->rss_valid = true;
+out:
+	kfree(cmd);
+	return rc;
+}
+
+/*
+ * Change the device's RSS: @indir (p->rss_indir_size entries) and @key
+ * (p->rss_key_size bytes) may be NULL to keep them, @hfunc is
+ * ETH_RSS_HASH_NO_CHANGE, ETH_RSS_HASH_TOP or anything else, which the device
+ * refuses with EOPNOTSUPP.  The device checks every value; its errno is
+ * returned, negated.
+ */
+int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
+		 u8 hfunc)
+{
+	unsigned int key_len = key ? p->rss_key_size : 0;
+	unsigned int n = indir ? p->rss_indir_size : 0;
+	struct arfs_cmd *cmd;
+	unsigned int i, len;
+	u8 *b;
+	int rc;
+
+	if (READ_ONCE(p->proto_version) < 2)
+		return -EOPNOTSUPP;
+	if (!p->rss_valid || key_len > ARFS_RSS_KEY_MAX || n > ARFS_RSS_INDIR_MAX)
+		return -EINVAL;
+	len = ARFS_RSS_SET_HDR_LEN + key_len + n * ARFS_RSS_INDIR_ENTRY_LEN;
+	cmd = arfs_cmd_alloc(len);
+	if (!cmd)
+		return -ENOMEM;
+	b = (u8 *)(cmd + 1);
+	memset(b, 0, ARFS_RSS_SET_HDR_LEN);
+	b[ARFS_RSS_SET_OFF_HFUNC] = hfunc;
+	put_unaligned_be16(key_len, b + ARFS_RSS_SET_OFF_KEY_LEN);
+	put_unaligned_be16(n, b + ARFS_RSS_SET_OFF_INDIR_SIZE);
+	if (key_len)
+		memcpy(b + ARFS_RSS_SET_OFF_KEY, key, key_len);
+	for (i = 0; i < n; i++) {
+		/* the device refuses entries beyond its queues */
+		put_unaligned_be16(min_t(u32, indir[i], U16_MAX),
+				   b + ARFS_RSS_SET_OFF_KEY + key_len +
+				   i * ARFS_RSS_INDIR_ENTRY_LEN);
+	}
+	rc = arfs_cmd_exec(p, cmd, ARFS_OP_RSS_SET, b, len, false);
+	kfree(cmd);
+	return rc;
 }
