@@ -33,7 +33,7 @@ else
 fi
 step "stock Debian 7.3 (trixie-backports) and its trixie chroot for module builds"
 bash guest-tests/kernel/debian-kernel.sh 7.3
-cargo test --locked --release --test e2e --test e2e_arfs -- --ignored --test-threads=1 --nocapture
+cargo test --locked --release --test e2e --test e2e_arfs --test e2e_ethtool -- --ignored --test-threads=1 --nocapture
 
 step "Krishna Kumar's rps_flow_cnt table: stock 6.12 vs stock 7.3 (docs/scenarios.md)"
 cargo test --locked --release --test e2e_sweep -- --ignored --test-threads=1 --nocapture

@@ -171,11 +171,20 @@ fn build_module_in_chroot(mdir: &Path, chroot: &Path, kdir: &Path) -> anyhow::Re
 }
 
 /// Build the initramfs for a kernel (and the guest module when asked).
-fn build_initramfs(root: &Path, k: &env::GuestKernel, module: bool, out: &Path) -> anyhow::Result<()> {
+fn build_initramfs(
+    root: &Path,
+    k: &env::GuestKernel,
+    module: bool,
+    hook: Option<&Path>,
+    out: &Path,
+) -> anyhow::Result<()> {
     let mut cmd = std::process::Command::new("bash");
     cmd.arg(root.join("guest-tests/image/build-initramfs.sh"));
     cmd.arg(k.moddir.as_ref().map_or("none".to_string(), |m| m.display().to_string()));
     cmd.arg(out);
+    if let Some(h) = hook {
+        cmd.arg("--hook").arg(h);
+    }
     if module {
         let kdir = k.kdir.as_ref().context("the guest module needs a kernel tree or headers (--kdir)")?;
         let mdir = root.join("guest-tests/module");
@@ -224,6 +233,8 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         scenario.kdir = Some(d.clone());
     }
     let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    // `[guest] hook` is relative to the scenario file.
+    let hook = scenario.guest.hook.as_ref().map(|h| scenario_dir.join(h));
     let logdir = match &opts.logdir {
         Some(d) => d.clone(),
         None => env::cache_dir(&root).join("runs").join(&scenario.name),
@@ -261,7 +272,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     .to_string();
     progress.set_message(format!("building the initramfs for {}", kernel.label));
     let initrd = logdir.join("initramfs.cpio.gz");
-    build_initramfs(&root, &kernel, scenario.guest.module, &initrd)?;
+    build_initramfs(&root, &kernel, scenario.guest.module, hook.as_deref(), &initrd)?;
     // Runs that boot another kernel (`[[runs]] kernel = …`): each kernel resolved (built or
     // fetched) and its initramfs made once, before the first run.
     let mut run_kernels: Vec<(env::GuestKernel, PathBuf)> = Vec::new();
@@ -273,7 +284,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         progress.set_message(format!("building the initramfs for {spec} (run {})", run.label));
         let k = env::resolve_kernel(&spec, None, &root).with_context(|| format!("run {:?}", run.label))?;
         let i = logdir.join(format!("initramfs-{}.cpio.gz", run_kernels.len() + 1));
-        build_initramfs(&root, &k, scenario.guest.module, &i)?;
+        build_initramfs(&root, &k, scenario.guest.module, hook.as_deref(), &i)?;
         run_kernels.push((k, i));
     }
     let scenario_kernel = (kernel.clone(), initrd.clone());

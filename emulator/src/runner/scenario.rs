@@ -184,6 +184,11 @@ pub struct Guest {
     /// Extra module parameters (name = value).
     #[serde(default)]
     pub module_params: BTreeMap<String, String>,
+    /// A shell script (relative to the scenario file) the guest's init runs once with the
+    /// interface name, after the modules are loaded and before the workload
+    /// (build-initramfs.sh --hook); its status and output are in the guest JSON as `hook`.
+    #[serde(default)]
+    pub hook: Option<PathBuf>,
     /// Unload the module this many seconds into the workload (under load).
     #[serde(default)]
     pub rmmod_at_s: Option<f64>,
