@@ -435,9 +435,10 @@ impl ControlRuntime {
             "control: pair {pair}: malformed request dropped ({kind}, counted in bad_by_kind): {e}"
         );
         let (Some(h), Some(status)) = (e.header(), e.errno()) else { return };
-        // An unsupported version is answered in the newest one (the peer learns what
-        // the device speaks); anything else in the request's own.
-        let version = if matches!(e, DecodeError::BadVersion { .. }) { wire::VERSION } else { h.version };
+        // An unsupported version (or one in a truncated header, never checked) is
+        // answered in the newest one, so the peer learns what the device speaks; anything
+        // else in the request's own.
+        let version = if (wire::MIN_VERSION..=wire::VERSION).contains(&h.version) { h.version } else { wire::VERSION };
         Self::error_completion(g, pair, src, h, version, status, out);
     }
 
@@ -912,6 +913,14 @@ mod tests {
         // An unknown version is answered with EPROTO in the newest version.
         let (h, c) = ask(&rt, &sink, 3, &Request::Hello);
         assert_eq!((h.version, c.status), (wire::VERSION, libc::EPROTO as u16));
+        // So is a truncated header, whose version was never checked (found by the fuzzer).
+        let mut f = wire::encode_request(GUEST, 1, &Request::Hello);
+        f[wire::ETH_HLEN] = 0x7a;
+        rt.handle_frame(0, &f[..wire::ETH_HLEN + 10]);
+        let last = sink.frames.lock().unwrap().last().unwrap().clone();
+        let (h, m) = wire::decode_device_frame(&last).unwrap();
+        let DeviceMsg::Completion(c) = m else { panic!("{m:?}") };
+        assert_eq!((h.version, c.status), (wire::VERSION, libc::EINVAL as u16));
     }
 
     #[test]
