@@ -4,7 +4,7 @@
 # usage: guest-tests/image/build-initramfs.sh KERNEL_RELEASE|MODDIR|none OUT.cpio.gz
 #                                             [--module path/to/extra.ko ...]
 #                                             [--workload path/to/arfs-echo]
-#                                             [--no-ethtool] [--hook FILE]
+#                                             [--no-ethtool] [--hook FILE] [--disk-root]
 #
 #   KERNEL_RELEASE  e.g. 6.12.117+deb12-amd64: modules come from /lib/modules/<release>
 #   MODDIR          a directory laid out like /lib/modules/<release> (installed or unpacked
@@ -20,6 +20,10 @@
 # --hook FILE: an executable shell script init runs once, with the interface name as its
 # argument, after the modules are loaded and before the workload starts (its exit status
 # and output go into the guest JSON as "hook").
+# --disk-root: also the modules that mount an ext4 root on virtio-blk (virtio_blk, ext4),
+# for the Debian guest (init switches to the disk root when the command line has
+# arfs.root=; see README.md), and the guest module's sources (/usr/src/arfs_virtio; in
+# the Debian guest at /run/arfsnic/src/arfs_virtio, to build against its headers).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,7 +31,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 
 die() { printf 'build-initramfs: ERROR: %s\n' "$*" >&2; exit 1; }
 log() { printf 'build-initramfs: %s\n' "$*" >&2; }
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ $# -ge 2 ] || usage
 KSPEC=$1
@@ -37,12 +41,14 @@ EXTRA=()
 WORKLOAD=""
 WITH_ETHTOOL=1
 HOOK=""
+DISK_ROOT=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --module) [ $# -ge 2 ] || usage; EXTRA+=("$2"); shift 2 ;;
         --workload) [ $# -ge 2 ] || usage; WORKLOAD=$2; shift 2 ;;
         --no-ethtool) WITH_ETHTOOL=0; shift ;;
         --hook) [ $# -ge 2 ] || usage; HOOK=$2; shift 2 ;;
+        --disk-root) DISK_ROOT=1; shift ;;
         -h|--help) usage ;;
         *) die "unknown argument '$1'" ;;
     esac
@@ -99,6 +105,14 @@ cp "$STAGE/workload/netdev-qstats" "$R/bin/netdev-qstats"
 # ---- init
 cp "$HERE/init" "$R/init"
 chmod 755 "$R/init"
+
+# ---- guest module sources (the Debian guest builds them against its own headers)
+if [ "$DISK_ROOT" = 1 ]; then
+    mkdir -p "$R/usr/src/arfs_virtio"
+    for f in "$REPO"/guest-tests/module/{Kbuild,Makefile,*.c,*.h}; do
+        [ -f "$f" ] && cp "$f" "$R/usr/src/arfs_virtio/"
+    done
+fi
 
 # ---- hook
 if [ -n "$HOOK" ]; then
@@ -193,7 +207,9 @@ visit() { # modname: depth-first, dependencies first
 if [ -n "$MODDIR" ]; then
     index_modules
     # virtio_pci: the PCI transport; virtio_net: the NIC. Anything built in is skipped.
-    for root in virtio_pci virtio_net; do visit "$root"; done
+    roots="virtio_pci virtio_net"
+    [ "$DISK_ROOT" = 0 ] || roots="$roots virtio_blk ext4"
+    for root in $roots; do visit "$root"; done
     : > "$R/lib/modules/arfsnic/order"
     for n in "${ORDER[@]}"; do
         f=$(copy_module "$MODDIR/${MODPATH[$n]}" "$R/lib/modules/arfsnic")
