@@ -59,6 +59,14 @@ pub struct RunArgs {
     /// Directory for serial logs and QEMU command lines (default: .cache/runs/<scenario>).
     #[arg(long)]
     pub logdir: Option<PathBuf>,
+    /// Guest user space: initramfs (busybox) or debian (the trixie image with ethtool,
+    /// bcc, python3); overrides the scenario's vm.guest.
+    #[arg(long, value_parser = ["initramfs", "debian"])]
+    pub guest: Option<String>,
+    /// Count this kernel function with bcc's `funccount -i 1` in the guest beside the
+    /// run (e.g. arfs_rx_flow_steer); needs --guest debian.
+    #[arg(long, value_name = "FUNC")]
+    pub funccount: Option<String>,
     /// No progress spinner.
     #[arg(long)]
     pub quiet: bool,
@@ -136,6 +144,10 @@ pub struct DemoArgs {
     /// (e.g. net.core.arfs_llc_affinity=0,1).
     #[arg(long, value_name = "KEY=V0,V1", value_parser = crate::runner::demo::parse_sysctl_sweep)]
     pub sysctl: Option<(String, Vec<String>)>,
+    /// Guest user space: initramfs (busybox, default) or debian (the trixie image; bcc's
+    /// `funccount -i 1 arfs_rx_flow_steer` then counts the steers beside each run).
+    #[arg(long, value_parser = ["initramfs", "debian"])]
+    pub guest: Option<String>,
     /// Do not run guest-tests/provision.sh (it runs when the demo runs as root).
     #[arg(long)]
     pub no_provision: bool,
@@ -222,6 +234,8 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         kernel: a.kernel.clone(),
         kdir: a.kdir.clone(),
         logdir: a.logdir.clone(),
+        guest: a.guest.clone(),
+        funccount: a.funccount.clone(),
         quiet: a.quiet,
         interrupt: interrupt.clone(),
     };
@@ -282,6 +296,7 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
         patch: a.patch.clone(),
         base: a.base.clone(),
         sysctl: a.sysctl.clone(),
+        guest: a.guest.clone(),
         no_provision: a.no_provision,
         quiet: a.quiet,
         repeat: a.repeat,
@@ -297,6 +312,11 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
         first.kernel, first.accel, first.vcpus, first.topology,
     );
     print!("{}", crate::report::results::table(&rows));
+    for rep in &r.reports {
+        for line in crate::report::table::funccount_lines(rep).lines() {
+            println!("  {} {}", rep.scenario, line.trim_start());
+        }
+    }
     println!();
     for p in [&outputs.json, &outputs.csv, &outputs.svg] {
         println!("wrote {}", p.display());

@@ -307,8 +307,56 @@ pub struct GuestSystem {
     /// Kernel log lines at warning level or worse.
     #[serde(default)]
     pub dmesg_warnings: u64,
+    /// bcc's `funccount -i 1 FUNC` beside the run (`guest.funccount`, Debian guest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub funccount: Option<FuncCount>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// What bcc's funccount counted in the guest, and the module's own count of steer calls
+/// over the same interval (read right after funccount attached and right before it was
+/// stopped; the workload's traffic runs entirely inside it).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FuncCount {
+    pub function: String,
+    /// One count per `-i 1` interval; the last is the part interval up to SIGINT.
+    #[serde(default)]
+    pub per_interval: Vec<u64>,
+    pub total: u64,
+    pub module_steer_calls_before: Option<u64>,
+    pub module_steer_calls_after: Option<u64>,
+    /// Seconds from starting funccount until it attached (its BPF compile).
+    #[serde(default)]
+    pub attach_s: Option<f64>,
+    /// A second funccount without `-i`: one count, never cleared, printed at SIGINT.
+    /// `-i 1` reads and then clears its count every second and loses the calls in between
+    /// (docs/measuring.md); this one does not.
+    #[serde(default)]
+    pub total_exact: Option<u64>,
+}
+
+impl FuncCount {
+    /// The module's steer calls over funccount's interval.
+    pub fn module_calls(&self) -> Option<u64> {
+        self.module_steer_calls_after?.checked_sub(self.module_steer_calls_before?)
+    }
+
+    /// |exact funccount total − module| as a percentage of the module's count.
+    pub fn disagreement_pct(&self) -> Option<f64> {
+        pct_off(self.total_exact?, self.module_calls()?)
+    }
+
+    /// What `-i 1` lost between reading and clearing its count: (module − sum of the
+    /// intervals) as a percentage of the module's count.
+    pub fn interval_loss_pct(&self) -> Option<f64> {
+        let m = self.module_calls()?;
+        (m > 0).then(|| 100.0 * (m as f64 - self.total as f64) / m as f64)
+    }
+}
+
+fn pct_off(x: u64, reference: u64) -> Option<f64> {
+    (reference > 0).then(|| 100.0 * (x as f64 - reference as f64).abs() / reference as f64)
 }
 
 /// The driver's counters of one run (docs/measuring.md). Rates are over the traffic

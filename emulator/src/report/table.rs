@@ -75,6 +75,32 @@ pub fn summary_table(report: &Report) -> String {
             let _ = writeln!(s, "  {}: {}: {}", r.label, h.verdict.as_str(), h.reasons.join("; "));
         }
     }
+    s.push_str(&funccount_lines(report));
+    s
+}
+
+/// One line per run that ran bcc's funccount beside it (`guest.funccount`): its exact
+/// total against the module's steer_calls, and what `-i 1` counted.
+pub fn funccount_lines(report: &Report) -> String {
+    let mut s = String::new();
+    for r in &report.runs {
+        if let Some(f) = r.guest.system.funccount.as_ref() {
+            let module = f.module_calls().map_or("-".to_string(), |m| m.to_string());
+            let exact = f.total_exact.map_or("-".to_string(), |m| m.to_string());
+            let diff = f.disagreement_pct().map_or("-".to_string(), |d| format!("{d:.2} %"));
+            let loss = f.interval_loss_pct().map_or("-".to_string(), |d| format!("{d:.2} %"));
+            let peak = f.per_interval.iter().max().copied().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "  {}: funccount {}: {exact} calls, module steer_calls {module} (difference {diff}); \
+                 -i 1: {} in {} intervals, peak {peak}/s (lost between read and clear: {loss})",
+                r.label,
+                f.function,
+                f.total,
+                f.per_interval.len(),
+            );
+        }
+    }
     s
 }
 

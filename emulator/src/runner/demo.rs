@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 pub const DEFAULT_SCENARIOS: [&str; 2] = ["llc-within", "llc-across"];
 
+/// What `--guest debian` counts with bcc's funccount: the module's ndo_rx_flow_steer.
+pub const FUNCCOUNT_FUNCTION: &str = "arfs_rx_flow_steer";
+
 #[derive(Clone, Debug, Default)]
 pub struct DemoOptions {
     pub out: PathBuf,
@@ -33,6 +36,9 @@ pub struct DemoOptions {
     pub base: String,
     /// One run per value of this sysctl instead of each scenario's runs.
     pub sysctl: Option<(String, Vec<String>)>,
+    /// `debian`: the Debian guest image, with bcc's funccount counting the module's
+    /// `arfs_rx_flow_steer` beside each run.
+    pub guest: Option<String>,
     /// Skip guest-tests/provision.sh even when running as root.
     pub no_provision: bool,
     pub quiet: bool,
@@ -261,6 +267,8 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
             kernel: kernel.clone(),
             kdir: kdir.clone(),
             logdir: Some(o.out.join("logs").join(&name)),
+            guest: o.guest.clone(),
+            funccount: (o.guest.as_deref() == Some("debian")).then(|| FUNCCOUNT_FUNCTION.to_string()),
             quiet: o.quiet,
             interrupt: o.interrupt.clone(),
         };

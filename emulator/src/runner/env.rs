@@ -180,6 +180,18 @@ pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::R
     })
 }
 
+/// The Debian guest's root image (guest-tests/image/build-debian.sh: made once, cached
+/// under a key of its inputs), for the stock trixie kernel's headers.
+pub fn debian_image(root: &Path) -> anyhow::Result<PathBuf> {
+    const S: &str = "guest-tests/image/build-debian.sh";
+    let v = kernel_script(S, &[], root)?;
+    let img = PathBuf::from(need(&v, S, "IMAGE")?);
+    if !img.is_file() {
+        bail!("{S} printed IMAGE={} but it is missing", img.display());
+    }
+    Ok(img)
+}
+
 /// The QEMU binary: QEMU from kernels.env, else the one on PATH.
 pub fn qemu_binary(root: &Path) -> PathBuf {
     read_env_file(&cache_dir(root).join("kernels.env"))

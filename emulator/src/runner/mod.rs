@@ -54,6 +54,10 @@ pub struct RunOptions {
     pub kdir: Option<PathBuf>,
     /// Where logs go (default: a directory next to the JSON output).
     pub logdir: Option<PathBuf>,
+    /// Override the scenario's `vm.guest` (`initramfs` or `debian`).
+    pub guest: Option<String>,
+    /// Override the scenario's `guest.funccount` (needs the Debian guest).
+    pub funccount: Option<String>,
     pub quiet: bool,
     /// Polled between phases and every 50 ms of a run: when set, the QEMU of the current
     /// run is killed and the report holds the runs finished so far (`complete = false`).
@@ -110,6 +114,8 @@ pub(crate) struct Ctx {
     pub(crate) qemu_accel: String,
     pub(crate) kernel: env::GuestKernel,
     pub(crate) initrd: PathBuf,
+    /// The Debian guest's root image (`vm.guest = "debian"`), attached read-only.
+    pub(crate) disk: Option<PathBuf>,
     pub(crate) socket: PathBuf,
     pub(crate) progress: ProgressBar,
     pub(crate) interrupt: Interrupt,
@@ -175,6 +181,7 @@ fn build_initramfs(
     root: &Path,
     k: &env::GuestKernel,
     module: bool,
+    disk_root: bool,
     hook: Option<&Path>,
     out: &Path,
 ) -> anyhow::Result<()> {
@@ -184,6 +191,9 @@ fn build_initramfs(
     cmd.arg(out);
     if let Some(h) = hook {
         cmd.arg("--hook").arg(h);
+    }
+    if disk_root {
+        cmd.arg("--disk-root");
     }
     if module {
         let kdir = k.kdir.as_ref().context("the guest module needs a kernel tree or headers (--kdir)")?;
@@ -232,6 +242,15 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     if let Some(d) = &opts.kdir {
         scenario.kdir = Some(d.clone());
     }
+    if let Some(g) = &opts.guest {
+        scenario.vm.guest = g.clone();
+    }
+    if let Some(f) = &opts.funccount {
+        scenario.guest.funccount = Some(f.clone());
+    }
+    if opts.guest.is_some() || opts.funccount.is_some() {
+        scenario.validate().map_err(|e| anyhow!("--guest/--funccount: {e}"))?;
+    }
     let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     // `[guest] hook` is relative to the scenario file.
     let hook = scenario.guest.hook.as_ref().map(|h| scenario_dir.join(h));
@@ -272,7 +291,14 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     .to_string();
     progress.set_message(format!("building the initramfs for {}", kernel.label));
     let initrd = logdir.join("initramfs.cpio.gz");
-    build_initramfs(&root, &kernel, scenario.guest.module, hook.as_deref(), &initrd)?;
+    let debian = scenario.vm.guest == "debian";
+    build_initramfs(&root, &kernel, scenario.guest.module, debian, hook.as_deref(), &initrd)?;
+    let disk = if debian {
+        progress.set_message("building the Debian guest image (guest-tests/image/build-debian.sh)");
+        Some(env::debian_image(&root)?)
+    } else {
+        None
+    };
     // Runs that boot another kernel (`[[runs]] kernel = …`): each kernel resolved (built or
     // fetched) and its initramfs made once, before the first run.
     let mut run_kernels: Vec<(env::GuestKernel, PathBuf)> = Vec::new();
@@ -284,7 +310,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         progress.set_message(format!("building the initramfs for {spec} (run {})", run.label));
         let k = env::resolve_kernel(&spec, None, &root).with_context(|| format!("run {:?}", run.label))?;
         let i = logdir.join(format!("initramfs-{}.cpio.gz", run_kernels.len() + 1));
-        build_initramfs(&root, &k, scenario.guest.module, hook.as_deref(), &i)?;
+        build_initramfs(&root, &k, scenario.guest.module, debian, hook.as_deref(), &i)?;
         run_kernels.push((k, i));
     }
     let scenario_kernel = (kernel.clone(), initrd.clone());
@@ -318,6 +344,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         qemu_accel,
         kernel,
         initrd,
+        disk,
         socket,
         progress,
         interrupt,

@@ -27,6 +27,8 @@ pub struct QemuSpec {
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     pub append: String,
+    /// A raw disk image attached read-only as virtio-blk (the Debian guest's root).
+    pub disk: Option<PathBuf>,
 }
 
 impl QemuSpec {
@@ -34,7 +36,7 @@ impl QemuSpec {
     pub fn args(&self) -> Vec<String> {
         let m = self.memory_mb;
         let n = self.queues;
-        vec![
+        let mut args = vec![
             "-nodefaults".into(),
             "-nographic".into(),
             "-no-reboot".into(),
@@ -76,7 +78,13 @@ impl QemuSpec {
             self.append.clone(),
             "-serial".into(),
             "stdio".into(),
-        ]
+        ];
+        if let Some(d) = &self.disk {
+            // Read-only: concurrent runs share the image; the guest writes only to tmpfs.
+            args.push("-drive".into());
+            args.push(format!("file={},if=virtio,format=raw,readonly=on", d.display()));
+        }
+        args
     }
 
     /// The command as a shell line (for logs and docs).
@@ -265,6 +273,7 @@ mod tests {
             kernel: "k".into(),
             initrd: "i".into(),
             append: "console=ttyS0".into(),
+            disk: None,
         };
         let a = s.args().join(" ");
         assert!(a.contains("memory-backend-memfd,id=mem,size=1024M,share=on"));

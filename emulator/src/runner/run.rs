@@ -50,6 +50,12 @@ fn append_line(s: &Scenario, run: &Run) -> String {
     if !sysctls.is_empty() {
         a.push(format!("arfs.sysctl={}", sysctls.join(",")));
     }
+    if s.vm.guest == "debian" {
+        a.push("arfs.root=/dev/vda".into());
+    }
+    if let Some(f) = &g.funccount {
+        a.push(format!("arfs.funccount={f}"));
+    }
     if g.module {
         a.push("arfs.modarg=arfs_virtio.irqs=@INPUT_IRQS@".into());
         a.push("arfs.modarg=arfs_virtio.ifname=@IFNAME@".into());
@@ -235,6 +241,7 @@ pub(crate) fn run_one(
         kernel: ctx.kernel.image.clone(),
         initrd: ctx.initrd.clone(),
         append: append_line(s, run),
+        disk: ctx.disk.clone(),
     };
     std::fs::write(ctx.logdir.join(format!("{tag}.qemu-cmdline")), spec.shell_line())?;
     phase(ctx, format!("run {} [{}]: booting the guest", idx + 1, run.label));

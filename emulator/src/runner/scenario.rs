@@ -100,6 +100,14 @@ pub struct Vm {
     /// guest's softirqs).
     #[serde(default = "d_tcg_threads")]
     pub tcg_threads: String,
+    /// The guest's user space: `initramfs` (busybox, the fast CI guest) or `debian` (the
+    /// trixie disk image of guest-tests/image/build-debian.sh: ethtool, bcc, python3, …,
+    /// mounted read-only as the root after the initramfs loaded the drivers).
+    #[serde(default = "d_guest_os")]
+    pub guest: String,
+}
+fn d_guest_os() -> String {
+    "initramfs".into()
 }
 fn d_tcg_threads() -> String {
     "auto".into()
@@ -196,6 +204,10 @@ pub struct Guest {
     /// driver's expiry removes its rules (they never expire on an idle CPU otherwise).
     #[serde(default)]
     pub expire_after_load_s: Option<u32>,
+    /// Count this kernel function's calls with bcc's `funccount -i 1` beside the run (the
+    /// seed author's method; needs `vm.guest = "debian"`), e.g. `arfs_rx_flow_steer`.
+    #[serde(default)]
+    pub funccount: Option<String>,
 }
 fn d_pattern() -> String {
     "none".into()
@@ -292,6 +304,17 @@ impl Scenario {
         }
         if v.memory_mb < 256 {
             return Err(err("vm.memory_mb", "needs at least 256"));
+        }
+        if !matches!(v.guest.as_str(), "initramfs" | "debian") {
+            return Err(err("vm.guest", format!("{:?} is not initramfs or debian", v.guest)));
+        }
+        if let Some(f) = &self.guest.funccount {
+            if v.guest != "debian" {
+                return Err(err("guest.funccount", "needs vm.guest = \"debian\" (bcc is in the Debian image)"));
+            }
+            if f.is_empty() || !f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(err("guest.funccount", format!("{f:?} is not a kernel function name")));
+            }
         }
         if self.nic.queues == 0 || self.nic.queues > 64 {
             return Err(err("nic.queues", "must be between 1 and 64"));
