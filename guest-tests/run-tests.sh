@@ -61,6 +61,10 @@ fi
 step "fidelity tests"
 cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --nocapture
 
+step "the Debian guest (trixie image): the module built inside it, bcc's funccount against the module's counters"
+bash guest-tests/image/build-debian.sh
+cargo test --locked --release --test e2e_debian -- --ignored --test-threads=1 --nocapture
+
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture
 
