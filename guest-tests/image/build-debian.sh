@@ -34,7 +34,7 @@ case "$KREL" in *+deb13-amd64) ;; *) die "KREL '$KREL' is not a trixie kernel re
 # What the guest runs: the issue's tool set, plus the kbuild toolchain for the module.
 PACKAGES=(
     python3 python3-yaml iproute2 ethtool socat iperf3 sockperf bpfcc-tools bpftrace
-    kmod procps busybox util-linux
+    kmod procps busybox util-linux xz-utils
     make gcc libc6-dev "linux-headers-$KREL" "linux-modules-$KREL"
 )
 KEY=$( { sed -n '1,$p' "${BASH_SOURCE[0]}"; printf '%s\n' "${PACKAGES[@]}" "$KREL"; } |
@@ -110,7 +110,7 @@ T1=$(date +%s)
 used_kib=$(du -sk "$TMP/root" | cut -f1)
 size_mib=$(( used_kib * 5 / 4 / 1024 + 256 ))
 log "ext4 image: $((used_kib / 1024)) MiB of files into $size_mib MiB"
-mkfs.ext4 -q -L arfsnic-debian -d "$TMP/root" "$TMP/image.img" "${size_mib}M" ||
+mkfs.ext4 -q -L arfsnic-debian -d "$TMP/root" "$TMP/image.img" "${size_mib}M" >&2 ||
     die "mkfs.ext4 -d failed (e2fsprogs >= 1.43 needed)"
 T2=$(date +%s)
 cat > "$TMP/image.env" <<EOF
