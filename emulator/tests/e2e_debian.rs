@@ -61,6 +61,13 @@ fn check_funccount(label: &str, run: &RunReport, need_calls: bool) -> FuncCount 
         "{label}: funccount {exact} vs module {module}: differ by {off} (> 1 %): {f:?}"
     );
     assert!(f.total <= module + module / 100 + 1, "{label}: -i 1 counted more than the module: {f:?}");
+    // The trade-off column's source: softnet_stat's received_rps against funccount of the
+    // handler that increments it.
+    let ipis = f.rps_trigger_softirq_exact.unwrap_or_else(|| panic!("{label}: no rps_trigger_softirq count: {f:?}"));
+    let rps = f.softnet_rps().unwrap_or_else(|| panic!("{label}: no softnet_stat received_rps: {f:?}"));
+    println!("{label}: RPS IPIs: funccount {ipis}, softnet_stat received_rps {rps}");
+    let off = ipis.abs_diff(rps);
+    assert!(off * 100 <= rps.max(1), "{label}: rps_trigger_softirq {ipis} vs received_rps {rps} (> 1 %): {f:?}");
     f
 }
 

@@ -334,6 +334,16 @@ pub struct FuncCount {
     /// (docs/measuring.md); this one does not.
     #[serde(default)]
     pub total_exact: Option<u64>,
+    /// The exact funccount's count of `rps_trigger_softirq`, the RPS IPI handler that
+    /// increments softnet_stat's `received_rps`.
+    #[serde(default)]
+    pub rps_trigger_softirq_exact: Option<u64>,
+    /// `received_rps` summed over CPUs from /proc/net/softnet_stat, read with the module's
+    /// counter (the source of the `RPS IPI/s` column).
+    #[serde(default)]
+    pub softnet_received_rps_before: Option<u64>,
+    #[serde(default)]
+    pub softnet_received_rps_after: Option<u64>,
 }
 
 impl FuncCount {
@@ -345,6 +355,17 @@ impl FuncCount {
     /// |exact funccount total − module| as a percentage of the module's count.
     pub fn disagreement_pct(&self) -> Option<f64> {
         pct_off(self.total_exact?, self.module_calls()?)
+    }
+
+    /// softnet_stat's `received_rps` over funccount's interval.
+    pub fn softnet_rps(&self) -> Option<u64> {
+        self.softnet_received_rps_after?.checked_sub(self.softnet_received_rps_before?)
+    }
+
+    /// |funccount of rps_trigger_softirq − softnet_stat received_rps| as a percentage of the
+    /// latter.
+    pub fn rps_disagreement_pct(&self) -> Option<f64> {
+        pct_off(self.rps_trigger_softirq_exact?, self.softnet_rps()?)
     }
 
     /// What `-i 1` lost between reading and clearing its count: (module − sum of the

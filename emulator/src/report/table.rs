@@ -99,6 +99,14 @@ pub fn funccount_lines(report: &Report) -> String {
                 f.total,
                 f.per_interval.len(),
             );
+            if let (Some(fc), Some(sn)) = (f.rps_trigger_softirq_exact, f.softnet_rps()) {
+                let diff = f.rps_disagreement_pct().map_or("-".to_string(), |d| format!("{d:.2} %"));
+                let _ = writeln!(
+                    s,
+                    "  {}: funccount rps_trigger_softirq: {fc} RPS IPIs, softnet_stat received_rps {sn} (difference {diff})",
+                    r.label
+                );
+            }
         }
     }
     s
