@@ -342,15 +342,26 @@ fn results(a: &ResultsArgs) -> anyhow::Result<()> {
         return sweep_results(a);
     }
     let mut rows = Vec::new();
+    // bcc funccount beside a run (the Debian guest): one line per run under the table.
+    let mut funccount = Vec::new();
     for p in &a.reports {
-        rows.extend(crate::report::results::rows(&crate::report::Report::load(p, "report")?));
+        let report = crate::report::Report::load(p, "report")?;
+        rows.extend(crate::report::results::rows(&report));
+        for line in crate::report::table::funccount_lines(&report).lines() {
+            funccount.push(format!("{} {}", report.scenario, line.trim_start()));
+        }
     }
-    let table = match (a.markdown, a.update.is_some()) {
+    let mut table = match (a.markdown, a.update.is_some()) {
         (true, _) => crate::report::results::markdown(&rows),
         // Text inside a document goes in a code block.
         (false, true) => format!("```\n{}```\n", crate::report::results::table(&rows)),
         (false, false) => crate::report::results::table(&rows),
     };
+    if !funccount.is_empty() {
+        let bullet = if a.markdown { "- " } else { "  " };
+        let lines: Vec<String> = funccount.iter().map(|l| format!("{bullet}{l}\n")).collect();
+        table.push_str(&format!("\n{}", lines.concat()));
+    }
     let (Some(file), Some(name)) = (&a.update, &a.name) else {
         print!("{table}");
         return Ok(());
