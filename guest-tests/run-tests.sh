@@ -65,6 +65,9 @@ step "the Debian guest (trixie image): the module built inside it, bcc's funccou
 bash guest-tests/image/build-debian.sh
 cargo test --locked --release --test e2e_debian -- --ignored --test-threads=1 --nocapture
 
+step "the kernel's NIC selftests on the Debian guest: results as recorded in guest-tests/selftests/expected-patched-7.3.txt (docs/selftests.md)"
+bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py
+
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture
 

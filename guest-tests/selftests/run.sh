@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The kernel's own NIC selftests (tools/testing/selftests/drivers/net/hw/) on the emulated
+# NIC: taken from the source tree the guest kernel was built from, run in the Debian guest
+# (vm.guest = "debian") on its eth0 with arfs_virtio loaded, before the scenario's
+# workload, through a self-extracting guest hook.
+#
+#   guest-tests/selftests/run.sh [--kernel NAME] [--out DIR] [--check] [TEST.py ...]
+#
+# NAME: patched-7.3 (default) or vanilla-7.3: the trees guest-tests/kernel/build.sh makes
+# (cached). TESTs default to the ones NetDrvEnv runs without a remote end (rss_api.py).
+# Writes DIR/<test>.ktap (KTAP as the test printed it), DIR/summary.txt (one line per
+# case: ok / not ok / skip; a test that stopped before its first case: one `error` line)
+# and DIR/report.json (the run, with the hook's output); prints the summary. --check
+# compares the summary with guest-tests/selftests/expected-<NAME>.txt (the known state;
+# the reason for every case that does not pass is in docs/selftests.md) and fails on any
+# difference, in either direction.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+KERNEL=patched-7.3
+OUT=""
+CHECK=0
+TESTS=()
+die() { echo "selftests/run.sh: error: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --kernel) [ $# -ge 2 ] || die "--kernel needs a name"; KERNEL=$2; shift 2 ;;
+        --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT=$2; shift 2 ;;
+        --check) CHECK=1; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die "unknown option $1" ;;
+        *) TESTS+=("$1"); shift ;;
+    esac
+done
+[ ${#TESTS[@]} -gt 0 ] || TESTS=(rss_api.py)
+case "$KERNEL" in
+    patched-7.3) BARGS=(--base 7.3) ;;
+    vanilla-7.3) BARGS=(--base 7.3 --no-patch) ;;
+    *) die "--kernel $KERNEL: the selftests come from a tree build.sh makes: patched-7.3 or vanilla-7.3" ;;
+esac
+OUT=${OUT:-$REPO/.cache/selftests/$KERNEL}
+mkdir -p "$OUT"
+ARFSNIC=${ARFSNIC:-$REPO/target/release/arfsnic}
+[ -x "$ARFSNIC" ] || (cd "$REPO" && cargo build --release --bin arfsnic) || die "cargo build failed"
+
+KDIR=$(bash "$REPO/guest-tests/kernel/build.sh" "${BARGS[@]}" | sed -n 's/^KDIR=//p' | tail -n1)
+[ -d "$KDIR/tools/testing/selftests/drivers/net/hw" ] || die "no tools/testing/selftests/drivers/net/hw in $KDIR"
+for t in "${TESTS[@]}"; do
+    case "$t" in */*|'') die "test '$t': a file name in drivers/net/hw/" ;; esac
+    [ -f "$KDIR/tools/testing/selftests/drivers/net/hw/$t" ] || die "no drivers/net/hw/$t in $KDIR"
+done
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+# What the Python tests import: their libraries, ynl and its specs (the paths they
+# compute from the tree's layout).
+(cd "$KDIR" && tar -cf - \
+    tools/testing/selftests/drivers/net/lib tools/testing/selftests/drivers/net/hw/lib \
+    "${TESTS[@]/#/tools/testing/selftests/drivers/net/hw/}" \
+    tools/testing/selftests/net/lib tools/net/ynl/pyynl Documentation/netlink/specs) |
+    xz -6 > "$WORK/payload.tar.xz" || die "packing the selftests of $KDIR failed"
+
+{
+    cat <<EOF
+#!/bin/sh
+# written by guest-tests/selftests/run.sh: unpack the kernel's selftests, run them on \$1
+IF=\$1
+mkdir -p /tmp/st && sed '1,/^__PAYLOAD__\$/d' "\$0" | base64 -d | xz -dc | tar -x -C /tmp/st || exit 90
+cd /tmp/st/tools/testing/selftests/drivers/net/hw || exit 91
+for t in ${TESTS[*]}; do
+    echo "=== \$t"
+    NETIF=\$IF timeout 900 python3 "\$t" 2>&1
+    echo "=== rc=\$?"
+done
+exit 0
+__PAYLOAD__
+EOF
+    base64 "$WORK/payload.tar.xz"
+} > "$WORK/selftests-hook.sh"
+chmod +x "$WORK/selftests-hook.sh"
+
+# A short run of the steer scenario's shape: the tests run before its workload.
+sed -e 's/^name = .*/name = "selftests"/' -e "s/^kernel = .*/kernel = \"$KERNEL\"/" \
+    -e 's/^duration_s = .*/duration_s = 2/' \
+    -e 's/^accel = .*/&\nguest = "debian"/' -e 's/^module = true/&\nhook = "selftests-hook.sh"/' \
+    "$REPO/configs/scenarios/steer.toml" > "$WORK/selftests.toml"
+printf '\n[timeouts]\nboot_s = 1800\n' >> "$WORK/selftests.toml"
+echo "selftests/run.sh: ${TESTS[*]} from $KDIR on $KERNEL (Debian guest)" >&2
+"$ARFSNIC" run --quiet --scenario "$WORK/selftests.toml" --json "$OUT/report.json" --logdir "$OUT/logs" >&2 ||
+    [ -f "$OUT/report.json" ] || die "arfsnic run failed (logs in $OUT/logs)"
+
+python3 - "$OUT" <<'EOF'
+import json, re, sys
+out = sys.argv[1]
+r = json.load(open(f"{out}/report.json"))
+hook = r["runs"][0]["guest"]["system"].get("hook") or {}
+text = hook.get("output") or ""
+summary, cur, buf = [], None, []
+for line in text.splitlines() + ["=== end"]:
+    m = re.match(r"^=== (\S+\.py)$", line)
+    if m or line == "=== end":
+        if cur:
+            open(f"{out}/{cur[:-3]}.ktap", "w").write("\n".join(buf) + "\n")
+            # A test that stopped before its first case (e.g. NetDrvEpEnv without a
+            # remote end) counts as one error.
+            if not any(re.match(r"^(ok|not ok) \d+ ", l) for l in buf):
+                summary.append(f"{cur[:-3]} error")
+        cur, buf = (m.group(1) if m else None), []
+        continue
+    if cur is None or line.startswith("=== rc="):
+        continue
+    buf.append(line)
+    m = re.match(r"^(ok|not ok) \d+ (\S+)(.*)$", line)
+    if m:
+        state = "skip" if "# SKIP" in m.group(3) else m.group(1)
+        summary.append(f"{m.group(2)} {state}")
+open(f"{out}/summary.txt", "w").write("".join(s + "\n" for s in summary))
+if not summary:
+    sys.exit(f"no KTAP results in the hook's output (rc {hook.get('rc')}): see {out}/logs")
+EOF
+cat "$OUT/summary.txt"
+awk -v out="$OUT" '$NF == "skip" { s++ } $NF == "error" { e++ }
+    $NF == "ok" && $(NF-1) == "not" { f++ } $NF == "ok" && $(NF-1) != "not" { p++ }
+    END { printf "selftests: %d ok, %d not ok, %d skip, %d error (KTAP in %s)\n", p, f, s, e, out }' "$OUT/summary.txt"
+if [ "$CHECK" = 1 ]; then
+    EXP="$HERE/expected-$KERNEL.txt"
+    [ -f "$EXP" ] || die "--check: $EXP missing"
+    if ! diff -u <(grep -v '^#' "$EXP" | sed '/^$/d' | sort) <(sort "$OUT/summary.txt"); then
+        die "the selftests' results differ from $EXP (update it and docs/selftests.md when a case changes)"
+    fi
+    echo "selftests: as expected ($EXP)"
+fi
