@@ -555,6 +555,35 @@ impl RunReport {
 mod tests {
     use super::*;
 
+    /// The funccount comparison: counts over the bracket, relative differences, and
+    /// nothing when a side is missing or the reference is zero.
+    #[test]
+    fn funccount_against_the_module_and_softnet() {
+        let f: FuncCount = serde_json::from_value(serde_json::json!({
+            "function": "arfs_rx_flow_steer", "per_interval": [100, 200, 190], "total": 490,
+            "module_steer_calls_before": 10, "module_steer_calls_after": 510, "attach_s": 21.5,
+            "total_exact": 495, "rps_trigger_softirq_exact": 1010,
+            "softnet_received_rps_before": 0, "softnet_received_rps_after": 1000
+        }))
+        .unwrap();
+        assert_eq!(f.module_calls(), Some(500));
+        assert_eq!(f.disagreement_pct(), Some(1.0));
+        assert_eq!(f.interval_loss_pct(), Some(2.0));
+        assert_eq!(f.softnet_rps(), Some(1000));
+        assert_eq!(f.rps_disagreement_pct(), Some(1.0));
+        // A guest without the counters (older init, no module): no numbers, no panic.
+        let bare: FuncCount =
+            serde_json::from_value(serde_json::json!({"function": "f", "total": 3, "module_steer_calls_before": null,
+                "module_steer_calls_after": 7}))
+            .unwrap();
+        assert_eq!((bare.module_calls(), bare.disagreement_pct(), bare.rps_disagreement_pct()), (None, None, None));
+        // A counter that went backwards (module reloaded) is no count.
+        let back = FuncCount { module_steer_calls_before: Some(9), module_steer_calls_after: Some(3), ..f.clone() };
+        assert_eq!((back.module_calls(), back.interval_loss_pct()), (None, None));
+        let zero = FuncCount { module_steer_calls_before: Some(3), module_steer_calls_after: Some(3), ..f };
+        assert_eq!((zero.module_calls(), zero.disagreement_pct()), (Some(0), None));
+    }
+
     const EXAMPLE: &str = include_str!("../../tests/data/report-v1.json");
 
     /// The committed example (a real `steer` scenario report on Debian 6.12, trimmed to
