@@ -230,38 +230,28 @@ fn bad_guest_and_funccount_name_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad-guest.toml");
     let base = std::fs::read_to_string(root().join("configs/scenarios/steer.toml")).unwrap();
-    for (from, to, want) in [
+    let debian = "accel = \"auto\"\nguest = \"debian\"";
+    // (replacements, the error's text)
+    for (edits, want) in [
         (
-            "accel = \"auto\"",
-            "accel = \"auto\"\nguest = \"ubuntu\"",
+            vec![("accel = \"auto\"", "accel = \"auto\"\nguest = \"ubuntu\"")],
             "`vm.guest`: \"ubuntu\" is not initramfs or debian",
         ),
         (
-            "module = true",
-            "module = true\nfunccount = \"arfs_rx_flow_steer\"",
+            vec![("module = true", "module = true\nfunccount = \"arfs_rx_flow_steer\"")],
             "`guest.funccount`: needs vm.guest = \"debian\"",
         ),
         (
-            "accel = \"auto\"",
-            "accel = \"auto\"\nguest = \"debian\"\n[guest]\nfunccount = \"a b\"",
+            vec![("accel = \"auto\"", debian), ("module = true", "module = true\nfunccount = \"a;b\"")],
             "is not a kernel function name",
         ),
     ] {
-        let text = if to.contains("[guest]") {
-            // the [guest] table is written once: move the key into it
-            base.replacen(from, "accel = \"auto\"\nguest = \"debian\"", 1).replacen(
-                "module = true",
-                "module = true\nfunccount = \"a;b\"",
-                1,
-            )
-        } else {
-            base.replacen(from, to, 1)
-        };
+        let text = edits.iter().fold(base.clone(), |t, (from, to)| t.replacen(from, to, 1));
         std::fs::write(&f, text).unwrap();
         let o = arfsnic(&["run", "--quiet", "--scenario", f.to_str().unwrap()]);
         assert!(!o.status.success());
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("bad-guest.toml") && err.contains(want), "{to}: {err}");
+        assert!(err.contains("bad-guest.toml") && err.contains(want), "{edits:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
     let o =

@@ -8,9 +8,7 @@
 
 mod common;
 
-use arfsnic::report::Report;
 use common::{root, run_scenario};
-use serde_json::Value;
 
 /// The device's default key: the Microsoft verification key of every shipped profile.
 const DEFAULT_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
@@ -57,23 +55,6 @@ fn scenario(kernel: &str) -> String {
         .replace("module = true", "module = true\nhook = \"ethtool-hook.sh\"")
 }
 
-/// The guest JSON block of the run's serial log (as the runner reads it).
-fn guest_json(r: &Report) -> Value {
-    let serial = std::fs::read_to_string(&r.runs[0].logs.serial).unwrap();
-    let mut json = String::new();
-    let mut inside = false;
-    for line in serial.lines() {
-        if line.contains("ARFSNIC-GUEST-JSON-BEGIN") {
-            inside = true;
-        } else if line.contains("ARFSNIC-GUEST-JSON-END") {
-            break;
-        } else if inside {
-            json.push_str(line.trim_end_matches('\r'));
-        }
-    }
-    serde_json::from_str(&json).unwrap_or_else(|e| panic!("guest JSON in {:?}: {e}", r.runs[0].logs.serial))
-}
-
 /// Step name → (output, rc).
 fn steps(output: &str) -> Vec<(String, String, i32)> {
     let mut out: Vec<(String, String, i32)> = Vec::new();
@@ -116,7 +97,7 @@ fn check_ethtool_rss(name: &str, kernel: &str) {
     let r = run_scenario(name, &scenario(kernel), &[("ethtool-hook.sh", hook())]);
     assert_eq!(r.kernel, kernel);
     let run = &r.runs[0];
-    let g = guest_json(&r);
+    let g = &run.guest.system.other;
     let hook = &g["hook"];
     let output = hook["output"].as_str().unwrap_or_else(|| panic!("no hook output in the guest JSON: {hook}"));
     println!("--- hook output\n{output}");

@@ -313,8 +313,8 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
     );
     print!("{}", crate::report::results::table(&rows));
     for rep in &r.reports {
-        for line in crate::report::table::funccount_lines(rep).lines() {
-            println!("  {} {}", rep.scenario, line.trim_start());
+        for line in crate::report::table::scenario_funccount_lines(rep) {
+            println!("  {line}");
         }
     }
     println!();
@@ -347,9 +347,7 @@ fn results(a: &ResultsArgs) -> anyhow::Result<()> {
     for p in &a.reports {
         let report = crate::report::Report::load(p, "report")?;
         rows.extend(crate::report::results::rows(&report));
-        for line in crate::report::table::funccount_lines(&report).lines() {
-            funccount.push(format!("{} {}", report.scenario, line.trim_start()));
-        }
+        funccount.extend(crate::report::table::scenario_funccount_lines(&report));
     }
     let mut table = match (a.markdown, a.update.is_some()) {
         (true, _) => crate::report::results::markdown(&rows),

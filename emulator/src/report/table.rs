@@ -112,6 +112,12 @@ pub fn funccount_lines(report: &Report) -> String {
     s
 }
 
+/// [`funccount_lines`] with the scenario's name in front of each, for tables that hold
+/// several scenarios (`demo`, `results`).
+pub fn scenario_funccount_lines(report: &Report) -> Vec<String> {
+    funccount_lines(report).lines().map(|l| format!("{} {}", report.scenario, l.trim_start())).collect()
+}
+
 /// The runs whose verdict is not `ok`, one line each with the reasons (`None` when all
 /// are ok or the report has no verdicts).
 pub fn unhealthy(report: &Report) -> Option<String> {
