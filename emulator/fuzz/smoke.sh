@@ -42,6 +42,10 @@ built=$(date +%s)
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# vhost_messages makes its socket directory under TMPDIR; libFuzzer's exit skips its
+# cleanup, so it goes where the trap removes it.
+mkdir -p "$work/tmp"
+export TMPDIR="$work/tmp"
 pids=()
 for t in $targets; do
     timeout=10
