@@ -3,7 +3,8 @@
 //! drivers): the guest module built inside it from source against its installed headers,
 //! and bcc's `funccount` counting the same `ndo_rx_flow_steer` calls the module reports —
 //! on the stock Debian 7.3 kernel and, through `arfsnic demo --guest debian`, on the
-//! patched 7.3 kernel in the llc-within / llc-across pair. Ignored by a plain
+//! patched 7.3 kernel in the llc-within / llc-across pair; and the remote NIC
+//! (`vm.remote`) that the kernel's selftests use as their remote end. Ignored by a plain
 //! `cargo test`; `guest-tests/run-tests.sh` runs them with `--ignored`.
 
 mod common;
@@ -128,4 +129,49 @@ fn demo_on_the_debian_guest_with_funccount() {
             check_funccount(&label, run, steers);
         }
     }
+}
+
+/// What the selftests' NetDrvEpEnv does with its remote end, by hand: ping both ways over
+/// v4 and v6, then TCP from the `remote` namespace into the NIC under test, while the
+/// link partner's workload runs on the same wire.
+const REMOTE_HOOK: &str = r#"#!/bin/sh
+# tests/e2e_debian.rs: the remote NIC in netns remote, reached over the emulated wire
+IF=$1
+echo "env: NETIF=$NETIF LOCAL_V4=$LOCAL_V4 REMOTE_V4=$REMOTE_V4 LOCAL_V6=$LOCAL_V6 REMOTE_V6=$REMOTE_V6 REMOTE_TYPE=$REMOTE_TYPE REMOTE_ARGS=$REMOTE_ARGS"
+ip -n "$REMOTE_ARGS" -br addr
+ping -c 3 -W 5 "$REMOTE_V4" > /tmp/p4 2>&1 && echo "ping4 ok" || { cat /tmp/p4; exit 1; }
+ping -6 -c 3 -W 5 "$REMOTE_V6" > /tmp/p6 2>&1 && echo "ping6 ok" || { cat /tmp/p6; exit 2; }
+ip netns exec "$REMOTE_ARGS" ping -c 3 -W 5 "$LOCAL_V4" > /tmp/r4 2>&1 && echo "remote ping4 ok" || { cat /tmp/r4; exit 3; }
+head -c 1000000 /dev/urandom > /tmp/tx
+timeout 120 socat -u TCP6-LISTEN:5555,reuseaddr OPEN:/tmp/rx,creat,trunc &
+sleep 1
+timeout 120 ip netns exec "$REMOTE_ARGS" socat -u OPEN:/tmp/tx TCP6:["$LOCAL_V6"]:5555 || exit 4
+wait
+cmp /tmp/tx /tmp/rx && echo "tcp6 bytes: $(wc -c < /tmp/rx)" || exit 5
+"#;
+
+#[test]
+#[ignore = "needs QEMU 10, the Debian image and the stock 7.3 kernel: run through guest-tests/run-tests.sh"]
+fn the_remote_nic_shares_the_wire_with_the_partner() {
+    let toml = std::fs::read_to_string(root().join("configs/scenarios/steer.toml"))
+        .unwrap()
+        .replace("name = \"steer\"", "name = \"debian-remote\"")
+        .replace("kernel = \"debian-6.12\"", "kernel = \"debian-7.3\"")
+        .replace("accel = \"auto\"", "accel = \"auto\"\nguest = \"debian\"\nremote = true")
+        .replace("module = true", "module = true\nhook = \"remote-hook.sh\"\n\n[timeouts]\nboot_s = 900");
+    let r = run_scenario("debian-remote", &toml, &[("remote-hook.sh", REMOTE_HOOK.to_string())]);
+    let run = &r.runs[0];
+    let hook = &run.guest.system.other["hook"];
+    let out = hook["output"].as_str().unwrap_or_default();
+    println!("--- hook output\n{out}");
+    assert_eq!(hook["rc"], 0, "the remote NIC is not reachable over the wire: {out}");
+    assert!(out.contains("REMOTE_TYPE=netns REMOTE_ARGS=remote"), "{out}");
+    assert!(out.contains("tcp6 bytes: 1000000"), "{out}");
+    let p = run.remote_port.as_ref().expect("no remote_port block in the report");
+    println!("remote port: {p:?}");
+    // 1 MB of TCP is about 700 segments into the NIC under test.
+    assert!(p.from_remote_delivered >= 700 && p.to_remote_frames > 0, "{p:?}");
+    assert_eq!((p.from_remote_malformed, p.from_remote_to_partner), (0, 0), "{p:?}");
+    // The partner's workload on the same wire is unharmed.
+    assert!(run.link.responses > 0 && run.link.lost == 0, "{:?}", run.link);
 }

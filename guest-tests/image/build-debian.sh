@@ -31,10 +31,11 @@ if [ -z "$KREL" ]; then
 fi
 case "$KREL" in *+deb13-amd64) ;; *) die "KREL '$KREL' is not a trixie kernel release like 7.3.4+deb13-amd64" ;; esac
 
-# What the guest runs: the tool set, plus the kbuild toolchain for the module.
+# What the guest runs: the tool set, ping (the selftests use it), plus the kbuild
+# toolchain for the module.
 PACKAGES=(
     python3 python3-yaml iproute2 ethtool socat iperf3 sockperf bpfcc-tools bpftrace
-    kmod procps busybox util-linux xz-utils
+    kmod procps busybox util-linux xz-utils iputils-ping
     make gcc libc6-dev "linux-headers-$KREL" "linux-modules-$KREL"
 )
 KEY=$( { sed -n '1,$p' "${BASH_SOURCE[0]}"; printf '%s\n' "${PACKAGES[@]}" "$KREL"; } |

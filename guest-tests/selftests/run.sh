@@ -2,12 +2,14 @@
 # The kernel's own NIC selftests (tools/testing/selftests/drivers/net/hw/) on the emulated
 # NIC: taken from the source tree the guest kernel was built from, run in the Debian guest
 # (vm.guest = "debian") on its eth0 with arfs_virtio loaded, before the scenario's
-# workload, through a self-extracting guest hook.
+# workload, through a self-extracting guest hook. The remote end of NetDrvEpEnv tests
+# (ntuple.py, ...) is the guest's second NIC on the same emulated wire, in the network
+# namespace `remote` (vm.remote: REMOTE_TYPE=netns, LOCAL_V4/V6, REMOTE_V4/V6).
 #
 #   guest-tests/selftests/run.sh [--kernel NAME] [--out DIR] [--check] [TEST.py ...]
 #
 # NAME: patched-7.3 (default) or vanilla-7.3: the trees guest-tests/kernel/build.sh makes
-# (cached). TESTs default to the ones NetDrvEnv runs without a remote end (rss_api.py).
+# (cached). TESTs default to rss_api.py.
 # Writes DIR/<test>.ktap (KTAP as the test printed it), DIR/summary.txt (one line per
 # case: ok / not ok / skip; a test that stopped before its first case: one `error` line)
 # and DIR/report.json (the run, with the hook's output); prints the summary. --check
@@ -83,7 +85,7 @@ chmod +x "$WORK/selftests-hook.sh"
 # A short run of the steer scenario's shape: the tests run before its workload.
 sed -e 's/^name = .*/name = "selftests"/' -e "s/^kernel = .*/kernel = \"$KERNEL\"/" \
     -e 's/^duration_s = .*/duration_s = 2/' \
-    -e 's/^accel = .*/&\nguest = "debian"/' -e 's/^module = true/&\nhook = "selftests-hook.sh"/' \
+    -e 's/^accel = .*/&\nguest = "debian"\nremote = true/' -e 's/^module = true/&\nhook = "selftests-hook.sh"/' \
     "$REPO/configs/scenarios/steer.toml" > "$WORK/selftests.toml"
 printf '\n[timeouts]\nboot_s = 1800\n' >> "$WORK/selftests.toml"
 echo "selftests/run.sh: ${TESTS[*]} from $KDIR on $KERNEL (Debian guest)" >&2

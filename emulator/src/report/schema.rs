@@ -14,6 +14,7 @@ use crate::device::snapshot::{FilterSummary, FrameCounters};
 use crate::model::engine::EngineStats;
 use crate::model::filter::PartitionStats;
 use crate::traffic::partner::LinkStats;
+use crate::traffic::remote::RemoteStats;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -125,6 +126,9 @@ pub struct RunReport {
     /// Earlier attempts of this run that were not `ok` and were run again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub discarded: Vec<Discarded>,
+    /// The second guest NIC on the wire (`vm.remote`): frames each way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_port: Option<RemoteStats>,
 }
 
 /// An attempt of a run that was not `ok` and was replaced by a new attempt.

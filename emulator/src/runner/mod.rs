@@ -36,6 +36,12 @@ use std::time::{Duration, Instant};
 pub const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 pub const PARTNER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 pub const GUEST_MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0xa5, 0xf1, 0x02]);
+/// The remote NIC (`vm.remote`) and the addresses of both ends in the selftests' terms
+/// (LOCAL_V4/V6 on the NIC under test, REMOTE_V4/V6 in the guest's `remote` namespace).
+pub const REMOTE_MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0xa5, 0xf1, 0x03]);
+pub const REMOTE_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 3);
+pub const GUEST_IP6: &str = "fd00:99::2";
+pub const REMOTE_IP6: &str = "fd00:99::3";
 pub const GUEST_BASE_PORT: u16 = 7000;
 pub const PARTNER_BASE_PORT: u16 = 9000;
 /// Seconds the guest keeps serving after the link partner stops offering load.

@@ -29,6 +29,16 @@ pub struct QemuSpec {
     pub append: String,
     /// A raw disk image attached read-only as virtio-blk (the Debian guest's root).
     pub disk: Option<PathBuf>,
+    /// A second, plain virtio-net NIC on a `-netdev dgram` unix socket pair (`vm.remote`).
+    pub remote: Option<RemoteNic>,
+}
+
+/// The remote NIC: QEMU binds `qemu_path` and sends to `backend_path`.
+#[derive(Clone, Debug)]
+pub struct RemoteNic {
+    pub mac: String,
+    pub qemu_path: PathBuf,
+    pub backend_path: PathBuf,
 }
 
 impl QemuSpec {
@@ -83,6 +93,18 @@ impl QemuSpec {
             // Read-only: concurrent runs share the image; the guest writes only to tmpfs.
             args.push("-drive".into());
             args.push(format!("file={},if=virtio,format=raw,readonly=on", d.display()));
+        }
+        if let Some(r) = &self.remote {
+            // After the NIC under test on the command line: a later PCI slot, so the guest
+            // probes it second (the init finds it by MAC anyway).
+            args.push("-netdev".into());
+            args.push(format!(
+                "dgram,id=r0,local.type=unix,local.path={},remote.type=unix,remote.path={}",
+                r.qemu_path.display(),
+                r.backend_path.display()
+            ));
+            args.push("-device".into());
+            args.push(format!("virtio-net-pci,netdev=r0,mac={}", r.mac));
         }
         args
     }
@@ -274,6 +296,7 @@ mod tests {
             initrd: "i".into(),
             append: "console=ttyS0".into(),
             disk: None,
+            remote: None,
         };
         let a = s.args().join(" ");
         assert!(a.contains("memory-backend-memfd,id=mem,size=1024M,share=on"));

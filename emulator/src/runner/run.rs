@@ -4,8 +4,8 @@
 
 use super::scenario::{self, Run, Scenario};
 use super::{
-    flows, health, hoststat, qemu, resolve_profile, Ctx, GUEST_BASE_PORT, GUEST_IP, GUEST_MAC, GUEST_TAIL_S,
-    PARTNER_BASE_PORT, PARTNER_IP,
+    flows, health, hoststat, qemu, resolve_profile, Ctx, GUEST_BASE_PORT, GUEST_IP, GUEST_IP6, GUEST_MAC, GUEST_TAIL_S,
+    PARTNER_BASE_PORT, PARTNER_IP, REMOTE_IP, REMOTE_IP6, REMOTE_MAC,
 };
 use crate::device::control::{ControlRuntime, Schedule};
 use crate::device::snapshot::ControlSnapshot;
@@ -17,6 +17,7 @@ use crate::report::schema::{
     RunReport,
 };
 use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig};
+use crate::traffic::remote::{RemotePort, Segment};
 use crate::vhost::{Backend, BackendCounters};
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
@@ -52,6 +53,12 @@ fn append_line(s: &Scenario, run: &Run) -> String {
     }
     if s.vm.guest == "debian" {
         a.push("arfs.root=/dev/vda".into());
+    }
+    if s.vm.remote {
+        a.push(format!("arfs.remote={REMOTE_MAC}"));
+        a.push(format!("arfs.remote_ip={REMOTE_IP}/24"));
+        a.push(format!("arfs.ip6={GUEST_IP6}/64"));
+        a.push(format!("arfs.remote_ip6={REMOTE_IP6}/64"));
     }
     if let Some(f) = &g.funccount {
         a.push(format!("arfs.funccount={f}"));
@@ -215,7 +222,13 @@ pub(crate) fn run_one(
     ctl.set_guest_mac(GUEST_MAC.0);
 
     let partner = LinkPartner::new(partner_config(s), emu.clone()).map_err(|e| anyhow!("traffic: {e}"))?;
-    emu.set_peer(Some(partner.clone()));
+    // With vm.remote the partner shares the wire with the guest's second NIC; the socket
+    // directory lives as long as this run.
+    let remote = if s.vm.remote { Some(remote_port(emu, &partner)?) } else { None };
+    match &remote {
+        Some((_, port, _)) => emu.set_peer(Some(Arc::new(Segment { partner: partner.clone(), remote: port.clone() }))),
+        None => emu.set_peer(Some(partner.clone())),
+    }
     let nic0 = emu.nic.snapshot();
     let be0 = backend.counters();
     let spoofed0 = emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed);
@@ -242,6 +255,7 @@ pub(crate) fn run_one(
         initrd: ctx.initrd.clone(),
         append: append_line(s, run),
         disk: ctx.disk.clone(),
+        remote: remote.as_ref().map(|(nic, _, _)| nic.clone()),
     };
     std::fs::write(ctx.logdir.join(format!("{tag}.qemu-cmdline")), spec.shell_line())?;
     phase(ctx, format!("run {} [{}]: booting the guest", idx + 1, run.label));
@@ -376,6 +390,10 @@ pub(crate) fn run_one(
         q.kill();
     }
     emu.set_peer(None);
+    let remote_port = remote.map(|(_, port, _dir)| {
+        port.stop();
+        port.stats()
+    });
     let snap = ctl.snapshot();
     let rules = ctl.rules();
     let warmup_ns = (s.warmup_s * 1e9) as u64;
@@ -450,9 +468,36 @@ pub(crate) fn run_one(
         health: None,
         offered_load: Some(load),
         discarded: Vec::new(),
+        remote_port,
     };
     report.health = Some(health::assess(&report, s.vm.vcpus, &health::LIMITS));
     Ok(report)
+}
+
+/// The remote NIC's socket pair in a fresh directory (unix socket paths must stay under
+/// 108 bytes, so it is made under the temp dir, not the log dir), its port started.
+fn remote_port(
+    emu: &Arc<EmulatedNic>,
+    partner: &LinkPartner,
+) -> anyhow::Result<(qemu::RemoteNic, Arc<RemotePort>, tempfile::TempDir)> {
+    let dir = tempfile::Builder::new().prefix("arfsnic-remote-").tempdir().context("vm.remote: socket directory")?;
+    let nic = qemu::RemoteNic {
+        mac: REMOTE_MAC.to_string(),
+        qemu_path: dir.path().join("qemu.sock"),
+        backend_path: dir.path().join("nic.sock"),
+    };
+    if nic.qemu_path.as_os_str().len() >= 100 {
+        bail!(
+            "vm.remote: socket path {} is too long for a unix socket; set TMPDIR to a shorter directory",
+            nic.qemu_path.display()
+        );
+    }
+    let port = Arc::new(
+        RemotePort::bind(&nic.backend_path, &nic.qemu_path, REMOTE_MAC)
+            .with_context(|| format!("vm.remote: binding {}", nic.backend_path.display()))?,
+    );
+    port.start(emu.clone(), partner.config().partner_mac).context("vm.remote: starting the port's reader")?;
+    Ok((nic, port, dir))
 }
 
 /// The report's `guest` object: the driver's counters from its STATS frames (when the

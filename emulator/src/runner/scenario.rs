@@ -105,6 +105,12 @@ pub struct Vm {
     /// mounted read-only as the root after the initramfs loaded the drivers).
     #[serde(default = "d_guest_os")]
     pub guest: String,
+    /// A second, plain virtio-net NIC on the emulated wire (QEMU's own backend on a
+    /// `-netdev dgram` socket pair), which the guest moves into the network namespace
+    /// `remote`: the remote end of the kernel's NIC selftests (docs/selftests.md). Its
+    /// frames reach the NIC under test like any frame from the network. Needs `debian`.
+    #[serde(default)]
+    pub remote: bool,
 }
 fn d_guest_os() -> String {
     "initramfs".into()
@@ -307,6 +313,9 @@ impl Scenario {
         }
         if !matches!(v.guest.as_str(), "initramfs" | "debian") {
             return Err(err("vm.guest", format!("{:?} is not initramfs or debian", v.guest)));
+        }
+        if v.remote && v.guest != "debian" {
+            return Err(err("vm.remote", "needs vm.guest = \"debian\" (the guest moves the NIC with ip netns)"));
         }
         if let Some(f) = &self.guest.funccount {
             if v.guest != "debian" {

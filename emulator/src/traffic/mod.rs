@@ -3,6 +3,7 @@
 //! traits, so the NIC never knows which one is plugged in.
 
 pub mod partner;
+pub mod remote;
 pub mod tap;
 
 pub use crate::device::{Delivery, GuestPeer, ToGuest};
