@@ -245,10 +245,7 @@ fn bad_guest_and_funccount_name_the_field() {
             vec![("accel = \"auto\"", debian), ("module = true", "module = true\nfunccount = \"a;b\"")],
             "is not a kernel function name",
         ),
-        (
-            vec![("accel = \"auto\"", "accel = \"auto\"\nremote = true")],
-            "`vm.remote`: needs vm.guest = \"debian\"",
-        ),
+        (vec![("accel = \"auto\"", "accel = \"auto\"\nremote = true")], "`vm.remote`: needs vm.guest = \"debian\""),
     ] {
         let text = edits.iter().fold(base.clone(), |t, (from, to)| t.replacen(from, to, 1));
         std::fs::write(&f, text).unwrap();

@@ -75,7 +75,7 @@ impl ControlSink for Weak<EmulatedNic> {
     }
     fn set_rss(&self, rss: Rss) {
         if let Some(n) = self.upgrade() {
-            n.nic.set_rss(rss);
+            n.nic.configure_rss(rss);
         }
     }
 }

@@ -88,6 +88,10 @@ pub struct Nic {
     rss: ArcSwap<Rss>,
     /// The RSS configuration the NIC was built with (what a reset returns to).
     rss_default: Arc<Rss>,
+    /// The guest set an indirection table other than the default spread (`ethtool -X
+    /// weight|equal`): queue count changes keep it, as the kernel keeps a driver from
+    /// re-spreading a table the user configured (IFF_RXFH_CONFIGURED).
+    rss_user: std::sync::atomic::AtomicBool,
     table: Arc<FilterTable>,
     queues: Box<[CachePadded<QueueCounters>]>,
     /// Per queue: enabled by the guest (all until it says otherwise).
@@ -111,6 +115,7 @@ impl Nic {
         Nic {
             rss: ArcSwap::new(rss.clone()),
             rss_default: rss,
+            rss_user: std::sync::atomic::AtomicBool::new(false),
             table,
             queues,
             enabled,
@@ -141,6 +146,18 @@ impl Nic {
     pub fn reset_rss(&self, enabled: &[bool]) {
         let mut rss = (*self.rss_default).clone();
         rss.spread_over(enabled);
+        self.rss_user.store(false, Relaxed);
+        self.set_rss(rss);
+    }
+
+    /// Install the RSS configuration the guest asked for (RSS_SET: `ethtool -X`). A table
+    /// other than the default spread over the enabled queues is the user's and survives
+    /// queue count changes; `ethtool -X default` (the spread) makes it the NIC's again.
+    pub fn configure_rss(&self, rss: Rss) {
+        let enabled: Vec<bool> = self.enabled.iter().map(|e| e.load(Relaxed)).collect();
+        let mut spread = rss.clone();
+        spread.spread_over(&enabled);
+        self.rss_user.store(spread.indirection() != rss.indirection(), Relaxed);
         self.set_rss(rss);
     }
 
@@ -152,7 +169,8 @@ impl Nic {
         *self.rss.load_full() == rss
     }
 
-    /// Spread RSS over the enabled queues only and note which queues filters may still
+    /// Spread RSS over the enabled queues only (unless the guest configured its own table)
+    /// and note which queues filters may still
     /// use (`filter.disabled_queue`). With no queue enabled (the link is down) both stay
     /// as they were.
     pub fn set_enabled_queues(&self, enabled: &[bool]) {
@@ -160,6 +178,9 @@ impl Nic {
             for (q, flag) in self.enabled.iter().enumerate() {
                 flag.store(enabled.get(q).copied().unwrap_or(false), Relaxed);
             }
+        }
+        if self.rss_user.load(Relaxed) {
+            return;
         }
         let mut rss = (*self.rss.load_full()).clone();
         rss.spread_over(enabled);
@@ -349,5 +370,28 @@ mod tests {
             let (_, d) = n.classify_frame(&frame(sport), 0).unwrap();
             assert!(d.queue.unwrap() < 2);
         }
+    }
+
+    #[test]
+    fn a_user_table_survives_queue_count_changes_and_default_gives_it_back() {
+        // rss_ctx.py test_rss_resize: -L combined 2, -X weight 1 7, -L combined 4.
+        let n = nic();
+        n.set_enabled_queues(&[true, true, false, false]);
+        let size = n.rss().indirection().len();
+        let weighted: Vec<u16> = (0..size).map(|i| u16::from(i % 8 != 0)).collect();
+        n.configure_rss(n.rss().reconfigured(None, Some(&weighted)).unwrap());
+        n.set_enabled_queues(&[true; 4]);
+        assert_eq!(n.rss().indirection(), &weighted[..], "the user's table was re-spread");
+        // `-X default`: the spread over the enabled queues; from then on it follows them.
+        let mut spread = (*n.rss()).clone();
+        spread.spread_over(&[true; 4]);
+        n.configure_rss(spread);
+        n.set_enabled_queues(&[true, true, false, false]);
+        assert!(n.rss().indirection().iter().all(|&q| q < 2));
+        // A device reset forgets the user's table.
+        n.configure_rss(n.rss().reconfigured(None, Some(&weighted)).unwrap());
+        n.reset_rss(&[true; 4]);
+        n.set_enabled_queues(&[true, false, false, false]);
+        assert!(n.rss().indirection().iter().all(|&q| q == 0));
     }
 }
