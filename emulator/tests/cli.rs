@@ -260,3 +260,16 @@ fn bad_guest_and_funccount_name_the_field() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("guest.funccount") && err.contains("debian"), "{err}");
 }
+
+#[test]
+fn report_email_prints_the_committed_demo_in_80_columns() {
+    let f = "docs/results/demo-7.3-debian/llc-within.json";
+    let o = arfsnic(&["report", "--email", f]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.starts_with("arfsnic ") && out.contains("kernel patched-7.3"), "{out}");
+    assert!(out.contains("\nsysctl=0     |") && out.contains("\nsysctl=1     |"), "{out}");
+    assert!(out.lines().all(|l| l.len() <= 80 && l.is_ascii()), "{out}");
+    let o = arfsnic(&["report", "--email", "--markdown", f]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
+}

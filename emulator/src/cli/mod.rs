@@ -30,7 +30,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
-    /// Print the steer-rate table of report files (`arfsnic run --json`, the demo's NAME.json), as text or markdown.
+    /// Print the steer-rate table of report files (`arfsnic run --json`, the demo's NAME.json), as text or markdown,
+    /// or (--email) as a plain-text block to paste into a patch email.
+    #[command(alias = "report")]
     Results(ResultsArgs),
     /// Run a scenario: backend + QEMU + guest kernel, traffic, JSON report.
     Run(RunArgs),
@@ -99,6 +101,11 @@ pub struct ResultsArgs {
     /// Print a markdown table (for README and docs/results.md) instead of the aligned text.
     #[arg(long)]
     pub markdown: bool,
+    /// Print each report as a block to paste into a patch email: ASCII, at most 80
+    /// columns, one row per run (Latency, CPU, Add, Del, Steer-C in K/M units, Steer-C/s,
+    /// health) under a header with the kernel, topology, profile and arfsnic version.
+    #[arg(long, conflicts_with_all = ["markdown", "update", "sweep"])]
+    pub email: bool,
     /// Replace the lines between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in FILE with the table instead of printing it (NAME is --name).
     #[arg(long, value_name = "FILE", requires = "name")]
     pub update: Option<PathBuf>,
@@ -340,6 +347,15 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
 fn results(a: &ResultsArgs) -> anyhow::Result<()> {
     if a.sweep {
         return sweep_results(a);
+    }
+    if a.email {
+        let mut blocks = Vec::new();
+        for p in &a.reports {
+            let report = crate::report::Report::load(p, "report")?;
+            blocks.push(crate::report::email::email(&report, env!("CARGO_PKG_VERSION")));
+        }
+        print!("{}", blocks.join("\n"));
+        return Ok(());
     }
     let mut rows = Vec::new();
     // bcc funccount beside a run (the Debian guest): one line per run under the table.

@@ -1,11 +1,13 @@
 //! Reports: the typed run report ([`schema`]) and what is made of it — the per-run
 //! summary printed after `arfsnic run` ([`table`]), the seed-style steer-rate table with
-//! CSV and markdown ([`results`]), its SVG chart ([`chart`]) and the regression check
+//! CSV and markdown ([`results`]), its SVG chart ([`chart`]), the plain-text block for a
+//! patch email ([`email`]) and the regression check
 //! against a baseline ([`baseline`]). Everything here reads [`schema::Report`]; nothing
 //! here imports the runner.
 
 pub mod baseline;
 pub mod chart;
+pub mod email;
 pub mod results;
 pub mod schema;
 pub mod sweep;
