@@ -273,3 +273,25 @@ fn report_email_prints_the_committed_demo_in_80_columns() {
     let o = arfsnic(&["report", "--email", "--markdown", f]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
 }
+
+#[test]
+fn doctor_names_what_to_install_on_both_families() {
+    // With no PATH the host tools are missing whatever this machine has.
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .arg("doctor")
+        .env("PATH", "/nonexistent")
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAIL busybox") && out.contains("apt install busybox-static"), "{out}");
+    let tools = out.lines().skip_while(|l| !l.starts_with("FAIL tools")).take(3).collect::<Vec<_>>().join("\n");
+    assert!(tools.contains("missing: cpio (the initramfs)"), "{out}");
+    assert!(tools.contains("Debian/Ubuntu: apt install cpio xz-utils build-essential"), "{out}");
+    assert!(tools.contains("Fedora: dnf install cpio xz make gcc"), "{out}");
+    for name in ["qemu", "kvm", "memfd", "sockets", "kernels", "disk"] {
+        assert!(out.lines().any(|l| l.get(5..).is_some_and(|r| r.starts_with(name))), "no {name} line: {out}");
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("check(s) failed"));
+}

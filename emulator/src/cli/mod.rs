@@ -23,6 +23,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Show where the emulated NIC would deliver one flow (RSS hash, slot, queue, filter).
     Classify(classify::ClassifyArgs),
+    /// Check what runs need (QEMU 10 with vhost-user, KVM or TCG, memfd, sockets, host
+    /// tools, guest kernels, disk) and print what to install on Debian/Ubuntu and Fedora;
+    /// exits 1 when a check fails.
+    Doctor,
     /// Compare a run report with a baseline report; exits non-zero when a metric regressed (docs/ci.md).
     Compare(CompareArgs),
     /// Work with NIC profiles.
@@ -194,6 +198,7 @@ pub fn main() -> ExitCode {
         Command::Compare(a) => compare(&a),
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
         Command::Results(a) => results(&a),
+        Command::Doctor => doctor(),
         Command::Run(a) => run(&a, &interrupt),
         Command::Serve(a) => serve::run(&a, &interrupt),
     };
@@ -246,7 +251,20 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         quiet: a.quiet,
         interrupt: interrupt.clone(),
     };
-    let report = crate::runner::run_scenario(&a.scenario, &opts)?;
+    // A scenario that does not load is the file's fault; past that, a failing run may be
+    // the machine's: say which of doctor's checks fail.
+    crate::runner::scenario::Scenario::load(&a.scenario)?;
+    let report = crate::runner::run_scenario(&a.scenario, &opts).inspect_err(|_| {
+        let Ok(root) = crate::runner::env::repo_root() else { return };
+        let fails: Vec<String> = crate::runner::doctor::checks(&root)
+            .into_iter()
+            .filter(|c| c.status == crate::runner::doctor::Status::Fail)
+            .map(|c| c.to_string())
+            .collect();
+        if !fails.is_empty() {
+            eprintln!("arfsnic doctor: this machine fails {} check(s):\n{}", fails.len(), fails.join("\n"));
+        }
+    })?;
     let text = report.to_json_pretty();
     match &a.json {
         Some(p) => {
@@ -344,6 +362,17 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
 
 /// `arfsnic results`: the steer-rate table of report files, printed or written between
 /// a document's markers, so README and docs/results.md are regenerated, not retyped.
+fn doctor() -> anyhow::Result<()> {
+    let root = crate::runner::env::repo_root()?;
+    let checks = crate::runner::doctor::checks(&root);
+    for c in &checks {
+        println!("{c}");
+    }
+    let failed = checks.iter().filter(|c| c.status == crate::runner::doctor::Status::Fail).count();
+    anyhow::ensure!(failed == 0, "{failed} check(s) failed (the lines marked FAIL say what to install)");
+    Ok(())
+}
+
 fn results(a: &ResultsArgs) -> anyhow::Result<()> {
     if a.sweep {
         return sweep_results(a);

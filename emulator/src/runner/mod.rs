@@ -8,6 +8,7 @@
 
 pub mod delivery;
 pub mod demo;
+pub mod doctor;
 pub mod env;
 pub mod flows;
 pub mod health;
