@@ -73,6 +73,9 @@ if grep -q ': ERROR:' "$CP_OUT"; then
     exit 1
 fi
 
+step "KTAP and JUnit outputs read by the kernel's own KTAP parser (the patched tree's tools/testing/kunit/kunit.py)"
+ARFSNIC_KDIR="$KDIR" cargo test --locked --release --test cli compare_writes_ktap_and_junit -- --nocapture
+
 step "fidelity tests"
 cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --nocapture
 

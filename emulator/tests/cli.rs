@@ -295,3 +295,70 @@ fn doctor_names_what_to_install_on_both_families() {
     }
     assert!(String::from_utf8_lossy(&o.stderr).contains("check(s) failed"));
 }
+
+/// The kernel's KTAP parser (`tools/testing/kunit/kunit.py parse`) from a built tree:
+/// `$ARFSNIC_KDIR`, else the first tree under .cache/kernels.
+fn kunit_py() -> Option<std::path::PathBuf> {
+    let rel = "tools/testing/kunit/kunit.py";
+    if let Some(k) = std::env::var_os("ARFSNIC_KDIR") {
+        return Some(std::path::PathBuf::from(k).join(rel)).filter(|p| p.is_file());
+    }
+    let mut trees: Vec<_> = std::fs::read_dir(root().join(".cache/kernels"))
+        .ok()?
+        .flatten()
+        .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+        .map(|e| e.path().join(rel))
+        .filter(|p| p.is_file())
+        .collect();
+    trees.sort();
+    trees.into_iter().next()
+}
+
+#[test]
+fn compare_writes_ktap_and_junit_that_parsers_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "docs/results/demo-7.3-debian/llc-within.json";
+    // The report under test: the same runs with sysctl=1 steering again (a regression).
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join(base)).unwrap()).unwrap();
+    v["runs"][1]["guest"]["steer_calls_per_s"] = serde_json::json!(320.0);
+    let cur = dir.path().join("cur.json");
+    std::fs::write(&cur, v.to_string()).unwrap();
+    let (k, j) = (dir.path().join("r.ktap"), dir.path().join("r.xml"));
+    let o = arfsnic(&[
+        "compare",
+        "--baseline",
+        base,
+        "--report",
+        cur.to_str().unwrap(),
+        "--ktap",
+        k.to_str().unwrap(),
+        "--junit",
+        j.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let ktap = std::fs::read_to_string(&k).unwrap();
+    assert!(ktap.starts_with("KTAP version 1\n1..30\n"), "{ktap}");
+    assert!(ktap.contains("not ok 17 llc-within.sysctl=1.guest.steer_calls_per_s"), "{ktap}");
+    assert!(ktap.contains("# run sysctl=1: guest.steer_calls_per_s 0 -> 320"), "{ktap}");
+    assert_eq!(ktap.matches("\nnot ok ").count(), 1, "{ktap}");
+    let xml = std::fs::read_to_string(&j).unwrap();
+    assert!(xml.contains("tests=\"30\" failures=\"1\" errors=\"0\" skipped=\"0\""), "{xml}");
+    assert!(xml.contains("<testcase classname=\"llc-within.sysctl=1\" name=\"guest.steer_calls_per_s\">"));
+    // Real parsers: Python's XML, and the kernel's own KTAP parser when a tree is built.
+    let py = Command::new("python3")
+        .args(["-c", "import sys, xml.etree.ElementTree as E; s = E.parse(sys.argv[1]).getroot()[0]; print(s.get('tests'), s.get('failures'), len(s))"])
+        .arg(&j)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "30 1 30", "{}", String::from_utf8_lossy(&py.stderr));
+    match kunit_py() {
+        None => println!("SKIPPED: kunit.py parse (no built kernel tree under .cache/kernels; set ARFSNIC_KDIR)"),
+        Some(kunit) => {
+            let p = Command::new("python3").arg(&kunit).arg("parse").arg(&k).output().unwrap();
+            let out = String::from_utf8_lossy(&p.stdout);
+            println!("{}", out.lines().last().unwrap_or_default());
+            assert!(out.contains("Ran 30 tests: passed: 29, failed: 1"), "{out}");
+            assert!(out.contains("[FAILED] llc-within.sysctl=1.guest.steer_calls_per_s"), "{out}");
+        }
+    }
+}

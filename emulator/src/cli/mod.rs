@@ -82,6 +82,13 @@ pub struct RunArgs {
     /// With --baseline: allowed worsening of a metric, in percent (default 10); a metric must also exceed its floor.
     #[arg(long, value_name = "PCT", requires = "baseline", value_parser = crate::report::baseline::parse_max_regress)]
     pub max_regress: Option<f64>,
+    /// Also write the run's health verdicts (and, with --baseline, one case per run ×
+    /// metric) as KTAP version 1 test cases to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub ktap: Option<PathBuf>,
+    /// The same cases as JUnit XML (GitLab and GitHub render it) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -95,6 +102,12 @@ pub struct CompareArgs {
     /// Allowed worsening of a metric, in percent; a metric must also exceed its floor.
     #[arg(long, value_name = "PCT", default_value_t = crate::report::baseline::DEFAULT_MAX_REGRESS_PCT, value_parser = crate::report::baseline::parse_max_regress)]
     pub max_regress: f64,
+    /// Also write the report's health verdicts and one case per run × compared metric as KTAP version 1 test cases to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub ktap: Option<PathBuf>,
+    /// The same cases as JUnit XML (GitLab and GitHub render it) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -280,11 +293,19 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
     if let Some(sig) = &report.interrupted {
         return Err(crate::runner::Interrupted(sig.clone()).into());
     }
+    let mut cases = crate::report::cases::health_cases(&report);
+    let mut regressed = Ok(());
     if let Some(b) = &baseline {
         let source = a.json.as_ref().map_or_else(|| "report".to_string(), |p| format!("report {}", p.display()));
         let current = crate::report::baseline::Report::from_report(&report, &source).map_err(anyhow::Error::msg)?;
-        check_baseline(b, &current, a.max_regress.unwrap_or(crate::report::baseline::DEFAULT_MAX_REGRESS_PCT))?;
+        let max = a.max_regress.unwrap_or(crate::report::baseline::DEFAULT_MAX_REGRESS_PCT);
+        let o = crate::report::baseline::compare(b, &current, max)?;
+        cases.extend(crate::report::cases::comparison_cases(&o));
+        regressed = baseline_verdict(b, &o);
     }
+    let suite = format!("arfsnic {} on {}", report.scenario, report.kernel);
+    crate::report::cases::write(a.ktap.as_deref(), a.junit.as_deref(), &suite, &cases)?;
+    regressed?;
     match crate::report::table::unhealthy(&report) {
         Some(m) => Err(Unhealthy(m).into()),
         None => Ok(()),
@@ -294,17 +315,20 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
 fn compare(a: &CompareArgs) -> anyhow::Result<()> {
     let b = crate::report::baseline::Report::load(&a.baseline, "baseline")?;
     let current = crate::report::baseline::Report::load(&a.report, "report")?;
-    check_baseline(&b, &current, a.max_regress)
+    let o = crate::report::baseline::compare(&b, &current, a.max_regress)?;
+    if a.ktap.is_some() || a.junit.is_some() {
+        let full = crate::report::Report::load(&a.report, "report")?;
+        let mut cases = crate::report::cases::health_cases(&full);
+        cases.extend(crate::report::cases::comparison_cases(&o));
+        let suite = format!("arfsnic {} on {} against {}", full.scenario, full.kernel, b.source);
+        crate::report::cases::write(a.ktap.as_deref(), a.junit.as_deref(), &suite, &cases)?;
+    }
+    baseline_verdict(&b, &o)
 }
 
 /// Print the comparison table; an error naming every regressed metric.
-fn check_baseline(
-    b: &crate::report::baseline::Report,
-    current: &crate::report::baseline::Report,
-    max_regress: f64,
-) -> anyhow::Result<()> {
-    let o = crate::report::baseline::compare(b, current, max_regress)?;
-    print!("{}", crate::report::baseline::render_table(&o));
+fn baseline_verdict(b: &crate::report::baseline::Report, o: &crate::report::baseline::Outcome) -> anyhow::Result<()> {
+    print!("{}", crate::report::baseline::render_table(o));
     match o.regression_message() {
         Some(m) => anyhow::bail!("against {}: {m}", b.source),
         None => Ok(()),

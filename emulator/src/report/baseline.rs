@@ -330,7 +330,7 @@ pub fn parse_max_regress(s: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("expected a percentage >= 0 (e.g. 10, 2.5 or 25%), got {s:?}"))
 }
 
-fn fmt_num(x: f64) -> String {
+pub fn fmt_num(x: f64) -> String {
     if x.fract() == 0.0 && x.abs() < 1e15 {
         format!("{x:.0}")
     } else {
