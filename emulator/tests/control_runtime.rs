@@ -168,11 +168,11 @@ fn held_schedule_starts_when_armed() {
 }
 
 #[test]
-fn hello_answers_caps_on_the_requesting_pair() {
+fn hello_answers_caps_on_queue_0() {
     let p = profile("[filter]\nlayout = \"per-type\"\ncapacity = 1024\n");
     let r = rig(&p, 4);
     let (c, m) = r.call(2, 77, &Request::Hello);
-    assert_eq!(c.pair, 2);
+    assert_eq!(c.pair, 0, "configuration completions go to queue 0 (docs/control-protocol.md §3.5)");
     assert_eq!(c.frame[15], op::COMPLETION | op::HELLO);
     assert_eq!((m.status, m.enqueue_ns, m.start_ns), (0, m.finish_ns, m.finish_ns));
     let CompletionBody::Caps(caps) = m.body else { panic!("HELLO completion without CAPS") };

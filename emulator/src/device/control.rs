@@ -4,11 +4,13 @@
 //! engine's next deadline, advances it, and sends completions and events back as frames.
 //!
 //! Where frames go:
-//! - the completion of a request goes to the RX queue of the queue pair whose TX queue
-//!   carried the request (the engine tag encodes pair and seq): under XPS the completion
-//!   interrupt then lands near the CPU that sent the request, and no single queue carries
-//!   all control traffic;
-//! - events (rule aged, table flushed, engine state) go to RX queue 0;
+//! - the completion of a filter command (ADD, MOD, DEL) goes to the RX queue of the queue
+//!   pair whose TX queue carried it (the engine tag encodes pair and seq): under XPS the
+//!   completion interrupt then lands near the CPU that sent the request, and no single
+//!   queue carries all aRFS traffic;
+//! - the completions of every other request (configuration: HELLO, DEV_STATS, FLUSH,
+//!   QUERY, RSS, rules) and events (rule aged, table flushed, engine state) go to RX
+//!   queue 0 ([`reply_pair`]);
 //! - `EmulatedNic::send_control` falls back to the lowest enabled queue when that queue is
 //!   disabled, and a queue without RX buffers drops the frame (counted).
 //!
@@ -80,8 +82,23 @@ impl ControlSink for Weak<EmulatedNic> {
     }
 }
 
-/// Queue pair whose RX queue carries events.
+/// Queue pair whose RX queue carries events and the completions of configuration
+/// requests.
 pub const EVENT_PAIR: u16 = 0;
+
+/// The queue pair whose RX queue gets the completion of a request that came on `pair`'s
+/// TX queue: the aRFS filter commands (ADD, MOD, DEL) keep the requester's pair, so the
+/// completion interrupt lands near the CPU whose work item waits for it; everything else
+/// (HELLO, DEV_STATS, FLUSH, QUERY, the RSS and rule configuration of ethtool) goes to
+/// queue 0, the queue every RSS table keeps, like a NIC's asynchronous event queue. The
+/// kernel's selftests count packets per RX queue and require idle queues to stay at 0
+/// (ntuple.py, rss_ctx.py): an `ethtool` call must not put a packet on them.
+fn reply_pair(op: u8, pair: u16) -> u16 {
+    match op {
+        wire::op::ADD | wire::op::MOD | wire::op::DEL => pair,
+        _ => EVENT_PAIR,
+    }
+}
 
 /// Engine tag of a request: bit 48 no-reply, bits 32..48 the queue pair, 0..32 the seq.
 fn tag(pair: u16, seq: u32, no_reply: bool) -> u64 {
@@ -366,6 +383,7 @@ impl ControlRuntime {
         out: &mut Vec<Outgoing>,
     ) {
         let sh = &*self.shared;
+        let pair = reply_pair(header.op, pair);
         // Queue numbers beyond the device are refused here, like a NIC rejecting a rule
         // for a queue it does not have.
         if let Request::Add(wire::AddRequest { rxq, .. }) | Request::Mod { rxq, .. } = &req {
@@ -791,11 +809,13 @@ mod tests {
     struct RssSink {
         rss: Mutex<Option<Arc<Rss>>>,
         frames: Mutex<Vec<Vec<u8>>>,
+        pairs: Mutex<Vec<u16>>,
     }
 
     impl ControlSink for RssSink {
         fn send(&self, pair: u16, frame: &[u8]) -> Result<u16, RxError> {
             self.frames.lock().unwrap().push(frame.to_vec());
+            self.pairs.lock().unwrap().push(pair);
             Ok(pair)
         }
         fn rss(&self) -> Option<Arc<Rss>> {
@@ -808,7 +828,7 @@ mod tests {
 
     fn runtime(with_rss: bool) -> (Arc<ControlRuntime>, Arc<RssSink>) {
         let rss = with_rss.then(|| Arc::new(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap()));
-        let sink = Arc::new(RssSink { rss: Mutex::new(rss), frames: Mutex::new(vec![]) });
+        let sink = Arc::new(RssSink { rss: Mutex::new(rss), frames: Mutex::new(vec![]), pairs: Mutex::new(vec![]) });
         let p = Profile::parse("name = \"rss-test\"\n[filter]\nlayout = \"shared\"\ncapacity = 1024\n").unwrap();
         let table = Arc::new(FilterTable::new(p.filter.layout, p.filter.capacity));
         let rt = ControlRuntime::new(&p, table, 4, Clock::new(), sink.clone()).unwrap();
@@ -921,6 +941,22 @@ mod tests {
         let (h, m) = wire::decode_device_frame(&last).unwrap();
         let DeviceMsg::Completion(c) = m else { panic!("{m:?}") };
         assert_eq!((h.version, c.status), (wire::VERSION, libc::EINVAL as u16));
+    }
+
+    #[test]
+    fn configuration_completions_go_to_queue_0_filter_commands_stay_near_the_requester() {
+        let (rt, sink) = runtime(true);
+        // `ask` sends from pair 2.
+        ask(&rt, &sink, wire::VERSION, &Request::RssGet);
+        ask(&rt, &sink, wire::VERSION, &Request::Hello);
+        ask(&rt, &sink, wire::VERSION, &Request::DevStats);
+        assert_eq!(*sink.pairs.lock().unwrap(), [0, 0, 0]);
+        for op in [wire::op::ADD, wire::op::MOD, wire::op::DEL] {
+            assert_eq!(reply_pair(op, 3), 3);
+        }
+        for op in [wire::op::HELLO, wire::op::FLUSH, wire::op::QUERY, wire::op::RSS_SET, 0x0b, 0xff] {
+            assert_eq!(reply_pair(op, 3), EVENT_PAIR);
+        }
     }
 
     #[test]
