@@ -362,3 +362,42 @@ fn compare_writes_ktap_and_junit_that_parsers_read() {
         }
     }
 }
+
+/// GET http://ADDR/metrics.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    r
+}
+
+#[test]
+fn serve_metrics_are_scraped_in_prometheus_text() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["serve", "--profile", "configs/mlx5-cx6.toml", "--queues", "4", "--metrics", "127.0.0.1:0", "--socket"])
+        .arg(&sock)
+        .current_dir(root())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("metrics on http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string()))
+        .expect("serve printed no metrics address");
+    let r = scrape(&addr);
+    // SIGINT stops serve as Ctrl-C does.
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let _ = child.wait();
+    assert!(r.contains("200 OK") && r.contains("openmetrics-text"), "{r}");
+    for q in 0..4 {
+        assert!(r.contains(&format!("arfsnic_rx_packets_total{{queue=\"{q}\"}} 0")), "{r}");
+    }
+    assert!(r.contains("arfsnic_filter_rules 0") && r.trim_end().ends_with("# EOF"), "{r}");
+}

@@ -198,3 +198,72 @@ fn soak_on_one_backend() {
     let out = root().join(".cache/e2e/soak");
     run_script("guest-tests/soak.sh", &["--cycles", "5", "--out", out.to_str().unwrap()], "[soak] PASS");
 }
+
+/// GET http://ADDR/metrics, or None while nothing answers.
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).ok()?;
+    write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut r = String::new();
+    c.read_to_string(&mut r).ok()?;
+    Some(r)
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `run --metrics`: scraped while the steer scenario runs, the counters move and stay
+/// within what the report says at the end.
+#[test]
+#[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
+fn run_metrics_are_scraped_live() {
+    use std::io::BufRead;
+    let dir = root().join(".cache/e2e/metrics");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let scen = dir.join("metrics.toml");
+    let toml = std::fs::read_to_string(root().join("configs/scenarios/steer.toml")).unwrap();
+    std::fs::write(&scen, toml.replace("name = \"steer\"", "name = \"metrics\"")).unwrap();
+    let out = dir.join("report.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["run", "--quiet", "--metrics", "127.0.0.1:0", "--scenario"])
+        .arg(&scen)
+        .arg("--json")
+        .arg(&out)
+        .current_dir(root())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("metrics on http://").nth(1).map(|a| a.trim_end_matches("/metrics").to_string()))
+        .expect("run printed no metrics address");
+    // Drain stderr so the child never blocks on it.
+    std::thread::spawn(move || lines.for_each(drop));
+    let (mut scrapes, mut steer, mut rx) = (0, 0.0f64, 0.0f64);
+    while child.try_wait().unwrap().is_none() {
+        if let Some(t) = scrape(&addr) {
+            scrapes += 1;
+            steer = steer.max(metric(&t, "arfsnic_guest_steer_calls_total").unwrap_or(0.0));
+            rx = rx.max(metric(&t, "arfsnic_rx_packets_total{queue=\"0\"}").unwrap_or(0.0));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(child.wait().unwrap().success());
+    let r = arfsnic::report::Report::load(&out, "report").unwrap();
+    let d = r.runs[0].driver().expect("the module steered");
+    println!(
+        "{scrapes} scrapes: steer calls up to {steer}, queue 0 rx up to {rx}; report: {} steer calls",
+        d.steer_calls
+    );
+    assert!(scrapes >= 10 && steer > 0.0 && rx > 0.0, "{scrapes} scrapes, steer {steer}, rx {rx}");
+    assert!(
+        steer <= d.steer_calls as f64,
+        "a scrape saw more steer calls ({steer}) than the report ({})",
+        d.steer_calls
+    );
+}

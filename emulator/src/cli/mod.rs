@@ -89,6 +89,11 @@ pub struct RunArgs {
     /// The same cases as JUnit XML (GitLab and GitHub render it) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Serve the live counters (per-queue packets, filter commands and errors, the
+    /// driver's steer calls and lock contention, the partner's RTT) in Prometheus text on
+    /// http://ADDR/metrics during the run, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -262,6 +267,7 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         guest: a.guest.clone(),
         funccount: a.funccount.clone(),
         quiet: a.quiet,
+        metrics: a.metrics.clone(),
         interrupt: interrupt.clone(),
     };
     // A scenario that does not load is the file's fault; past that, a failing run may be

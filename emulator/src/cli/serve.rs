@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// the process's memory, fds and threads.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
+    /// Serve the device's counters (per-queue packets, filter commands and errors, the
+    /// guest driver's steer calls and lock contention) in Prometheus text on
+    /// http://ADDR/metrics, e.g. 127.0.0.1:9464 (port 0: any; stderr says which).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// What `--stats` writes.
@@ -198,6 +203,16 @@ pub fn run(a: &ServeArgs, interrupt: &Interrupt) -> anyhow::Result<()> {
         a.socket.display(),
         if a.tap.is_some() { "tap" } else { "no traffic source: frames from the guest are counted and dropped" }
     );
+    let _metrics_server = match &a.metrics {
+        Some(addr) => {
+            let src = crate::runner::metrics::Sources::new(emu.clone(), backend.clone());
+            src.set_live(Some((ctl.clone(), None)));
+            let srv = crate::runner::metrics::serve(addr, move || src.sample())?;
+            eprintln!("arfsnic serve: metrics on http://{}/metrics", srv.addr);
+            Some(srv)
+        }
+        None => None,
+    };
     let done = Arc::new(AtomicBool::new(false));
     let writer = a.stats.clone().map(|path| {
         let (b, e, c, d) = (backend.clone(), emu.clone(), ctl.clone(), done.clone());

@@ -13,6 +13,7 @@ pub mod env;
 pub mod flows;
 pub mod health;
 pub mod hoststat;
+pub mod metrics;
 pub mod qemu;
 pub mod run;
 pub mod scenario;
@@ -66,6 +67,8 @@ pub struct RunOptions {
     /// Override the scenario's `guest.funccount` (needs the Debian guest).
     pub funccount: Option<String>,
     pub quiet: bool,
+    /// Serve the live counters in Prometheus text on http://ADDR/metrics (`--metrics`).
+    pub metrics: Option<String>,
     /// Polled between phases and every 50 ms of a run: when set, the QEMU of the current
     /// run is killed and the report holds the runs finished so far (`complete = false`).
     pub interrupt: Interrupt,
@@ -126,6 +129,8 @@ pub(crate) struct Ctx {
     pub(crate) socket: PathBuf,
     pub(crate) progress: ProgressBar,
     pub(crate) interrupt: Interrupt,
+    /// What `--metrics` reads; the run in progress registers its control plane here.
+    pub(crate) metrics: Option<Arc<metrics::Sources>>,
 }
 
 /// Resolve a profile name (`mlx5-cx6` → configs/mlx5-cx6.toml) or path.
@@ -341,6 +346,16 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         progress.suspend(|| eprintln!("arfsnic: warning: scenario {}: {w}", scenario.name));
     }
     let interrupt = opts.interrupt.clone();
+    let sources = opts.metrics.as_ref().map(|_| metrics::Sources::new(emu.clone(), backend.clone()));
+    let _metrics_server = match (&opts.metrics, &sources) {
+        (Some(addr), Some(src)) => {
+            let src = src.clone();
+            let srv = metrics::serve(addr, move || src.sample())?;
+            progress.suspend(|| eprintln!("arfsnic: metrics on http://{}/metrics", srv.addr));
+            Some(srv)
+        }
+        _ => None,
+    };
     let mut ctx = Ctx {
         root,
         scenario,
@@ -355,6 +370,7 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         socket,
         progress,
         interrupt,
+        metrics: sources,
     };
     let started = Instant::now();
     let mut runs = Vec::new();

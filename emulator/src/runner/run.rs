@@ -229,6 +229,9 @@ pub(crate) fn run_one(
         Some((_, port, _)) => emu.set_peer(Some(Arc::new(Segment { partner: partner.clone(), remote: port.clone() }))),
         None => emu.set_peer(Some(partner.clone())),
     }
+    if let Some(m) = &ctx.metrics {
+        m.set_live(Some((ctl.clone(), Some(partner.clone()))));
+    }
     let nic0 = emu.nic.snapshot();
     let be0 = backend.counters();
     let spoofed0 = emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed);
@@ -390,6 +393,9 @@ pub(crate) fn run_one(
         q.kill();
     }
     emu.set_peer(None);
+    if let Some(m) = &ctx.metrics {
+        m.set_live(None);
+    }
     let remote_port = remote.map(|(_, port, _dir)| {
         port.stop();
         port.stats()
