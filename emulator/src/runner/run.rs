@@ -127,6 +127,39 @@ fn phase(ctx: &Ctx, msg: impl Into<std::borrow::Cow<'static, str>>) {
     ctx.progress.set_message(msg);
 }
 
+/// The progress line during the traffic: elapsed time, the steer rate the driver's
+/// latest STATS frames give, and the replies per second, refreshed once a second.
+#[derive(Default)]
+struct LiveRate {
+    last: Option<(Instant, u64, u64)>,
+}
+
+impl LiveRate {
+    fn tick(
+        &mut self,
+        ctx: &Ctx,
+        what: &str,
+        elapsed: Duration,
+        total: Duration,
+        ctl: &ControlRuntime,
+        p: &LinkPartner,
+    ) {
+        let now = Instant::now();
+        if self.last.is_some_and(|(t, _, _)| now.duration_since(t) < Duration::from_secs(1)) {
+            return;
+        }
+        let steer = ctl.guest_counter(crate::wire::control::counter::STEER_CALLS).map_or(0, |(v, _)| v);
+        let replies = p.stats().responses;
+        let rates = self.last.map(|(t, s0, r0)| {
+            let dt = now.duration_since(t).as_secs_f64().max(1e-3);
+            (steer.saturating_sub(s0) as f64 / dt, replies.saturating_sub(r0) as f64 / dt)
+        });
+        self.last = Some((now, steer, replies));
+        let shown = rates.map_or_else(String::new, |(sc, rr)| format!(", Steer-C/s {sc:.0}, replies/s {rr:.0}"));
+        phase(ctx, format!("{what}: traffic {:.0}/{:.0} s{shown}", elapsed.as_secs_f64(), total.as_secs_f64()));
+    }
+}
+
 fn fail_with_tail(q: &qemu::QemuProcess, what: &str) -> anyhow::Error {
     anyhow!(
         "{what}\n--- last serial lines ({}):\n{}\n--- QEMU stderr:\n{}",
@@ -288,6 +321,7 @@ pub(crate) fn run_one(
         _ => probe_at = Some(Duration::from_secs_f64(s.warmup_s / 2.0)),
     }
     load.chosen_pps = load.requested_pps;
+    let mut live = LiveRate::default();
     loop {
         if ctx.interrupt.requested() {
             // Dropping `q` kills this run's QEMU.
@@ -308,6 +342,9 @@ pub(crate) fn run_one(
                 if load.chosen_pps != load.requested_pps {
                     phase(ctx, format!("run {} [{}]: {}", idx + 1, run.label, load.reason));
                 }
+            }
+            if !traffic_stopped {
+                live.tick(ctx, &format!("run {} [{}]", idx + 1, run.label), t.elapsed(), traffic_for, &ctl, &partner);
             }
             if host0.is_none() && t.elapsed().as_secs_f64() >= s.warmup_s {
                 host0 = Some((hoststat::HostSample::read(qemu_pid), Instant::now()));
