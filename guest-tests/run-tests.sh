@@ -89,5 +89,8 @@ bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture
 
+step "arfsnic matrix: two shards and one process merge to the same table (docs/ci.md, Matrices)"
+cargo test --locked --release --test e2e_shards -- --ignored --test-threads=1 --nocapture
+
 step "demo --patch: your own series built (cached by content) and run; a stale patch named, nothing cached"
 cargo test --locked --release --test e2e_demo_patch -- --ignored --test-threads=1 --nocapture

@@ -29,6 +29,9 @@ pub enum Command {
     Doctor,
     /// Compare a run report with a baseline report; exits non-zero when a metric regressed (docs/ci.md).
     Compare(CompareArgs),
+    /// A CI matrix (kernels x scenarios x profiles, configs/matrix.toml): list its cells
+    /// or run one shard of them, one report per cell (docs/ci.md, "Matrices").
+    Matrix(MatrixArgs),
     /// Work with NIC profiles.
     Profile {
         #[command(subcommand)]
@@ -99,11 +102,20 @@ pub struct RunArgs {
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
     /// Baseline report (`arfsnic run --json` of the reference kernel).
-    #[arg(long, value_name = "B.json")]
-    pub baseline: PathBuf,
+    #[arg(long, value_name = "B.json", required_unless_present = "merge", conflicts_with = "merge")]
+    pub baseline: Option<PathBuf>,
     /// Report to check (`arfsnic run --json` of the kernel under test).
-    #[arg(long, value_name = "A.json")]
-    pub report: PathBuf,
+    #[arg(long, value_name = "A.json", required_unless_present = "merge", conflicts_with = "merge")]
+    pub report: Option<PathBuf>,
+    /// Join the reports of a matrix's shards (files, or directories of *.json) into one
+    /// steer-rate table across kernels; with --out also results.json, results.csv and
+    /// steer-rate.svg there. Refuses the same cell twice and cells of one scenario that
+    /// cannot be compared.
+    #[arg(long, value_name = "REPORT.json|DIR", num_args = 1..)]
+    pub merge: Vec<PathBuf>,
+    /// With --merge: write results.json, results.csv and steer-rate.svg here.
+    #[arg(long, value_name = "DIR", requires = "merge")]
+    pub out: Option<PathBuf>,
     /// Allowed worsening of a metric, in percent; a metric must also exceed its floor.
     #[arg(long, value_name = "PCT", default_value_t = crate::report::baseline::DEFAULT_MAX_REGRESS_PCT, value_parser = crate::report::baseline::parse_max_regress)]
     pub max_regress: f64,
@@ -113,6 +125,28 @@ pub struct CompareArgs {
     /// The same cases as JUnit XML (GitLab and GitHub render it) to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MatrixArgs {
+    /// The matrix file.
+    #[arg(long, value_name = "FILE", default_value = "configs/matrix.toml")]
+    pub matrix: PathBuf,
+    /// Print the cells (`I/N KERNEL SCENARIO PROFILE`) and exit.
+    #[arg(long, conflicts_with = "shard")]
+    pub list: bool,
+    /// Run shard I of N: the cells whose number is I modulo N (1 <= I <= N).
+    #[arg(long, value_name = "I/N", value_parser = crate::runner::matrix::parse_shard, required_unless_present = "list")]
+    pub shard: Option<(usize, usize)>,
+    /// Where the cells' reports go (SCENARIO@KERNEL@PROFILE.json) with their logs.
+    #[arg(long, value_name = "DIR", default_value = "matrix-out")]
+    pub out: PathBuf,
+    /// auto (KVM if it really works, else TCG), kvm or tcg; overrides the scenarios.
+    #[arg(long)]
+    pub accel: Option<String>,
+    /// No progress spinner.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -217,6 +251,7 @@ pub fn main() -> ExitCode {
         Command::Profile { command: ProfileCommand::Check { file } } => profile_check(&file),
         Command::Results(a) => results(&a),
         Command::Doctor => doctor(),
+        Command::Matrix(a) => matrix(&a, &interrupt),
         Command::Run(a) => run(&a, &interrupt),
         Command::Serve(a) => serve::run(&a, &interrupt),
     };
@@ -268,6 +303,7 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         funccount: a.funccount.clone(),
         quiet: a.quiet,
         metrics: a.metrics.clone(),
+        profile: None,
         interrupt: interrupt.clone(),
     };
     // A scenario that does not load is the file's fault; past that, a failing run may be
@@ -318,12 +354,82 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
     }
 }
 
+fn matrix(a: &MatrixArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> {
+    use crate::runner::matrix;
+    let root = crate::runner::env::repo_root()?;
+    let path = if a.matrix.is_absolute() || a.matrix.exists() { a.matrix.clone() } else { root.join(&a.matrix) };
+    let m = matrix::Matrix::load(&path, &root)?;
+    let cells = m.cells();
+    let Some(sh) = a.shard else {
+        for c in &cells {
+            println!("{}/{} {} {} {}", c.index, c.total, c.kernel, c.scenario, c.profile);
+        }
+        return Ok(());
+    };
+    let mine = matrix::shard(&cells, sh);
+    anyhow::ensure!(
+        !mine.is_empty(),
+        "--shard {}/{}: {} has {} cells, so this shard has none",
+        sh.0,
+        sh.1,
+        path.display(),
+        cells.len()
+    );
+    eprintln!(
+        "matrix {}: shard {}/{}: cells {:?} of {}",
+        path.display(),
+        sh.0,
+        sh.1,
+        mine.iter().map(|c| c.index).collect::<Vec<_>>(),
+        cells.len()
+    );
+    let opts = crate::runner::RunOptions {
+        accel: a.accel.clone(),
+        quiet: a.quiet,
+        interrupt: interrupt.clone(),
+        ..Default::default()
+    };
+    let files = matrix::run_cells(&root, &mine, &a.out, &opts)?;
+    for f in &files {
+        println!("{}", f.display());
+    }
+    if interrupt.requested() {
+        return Err(crate::runner::Interrupted(interrupt.signal_name()).into());
+    }
+    Ok(())
+}
+
+fn merge(a: &CompareArgs) -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    for p in &a.merge {
+        if p.is_dir() {
+            files.extend(crate::report::merge::reports_in(p)?);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let reports = crate::report::merge::merge(&files)?;
+    let rows: Vec<_> = reports.iter().flat_map(crate::report::results::rows).collect();
+    print!("{}", crate::report::results::table(&rows));
+    if let Some(out) = &a.out {
+        let o = crate::report::results::write_outputs(out, &reports)?;
+        eprintln!("merged {} reports: {}, {}, {}", reports.len(), o.json.display(), o.csv.display(), o.svg.display());
+    }
+    Ok(())
+}
+
 fn compare(a: &CompareArgs) -> anyhow::Result<()> {
-    let b = crate::report::baseline::Report::load(&a.baseline, "baseline")?;
-    let current = crate::report::baseline::Report::load(&a.report, "report")?;
+    if !a.merge.is_empty() {
+        return merge(a);
+    }
+    let (Some(base), Some(rep)) = (&a.baseline, &a.report) else {
+        anyhow::bail!("compare needs --baseline and --report, or --merge");
+    };
+    let b = crate::report::baseline::Report::load(base, "baseline")?;
+    let current = crate::report::baseline::Report::load(rep, "report")?;
     let o = crate::report::baseline::compare(&b, &current, a.max_regress)?;
     if a.ktap.is_some() || a.junit.is_some() {
-        let full = crate::report::Report::load(&a.report, "report")?;
+        let full = crate::report::Report::load(rep, "report")?;
         let mut cases = crate::report::cases::health_cases(&full);
         cases.extend(crate::report::cases::comparison_cases(&o));
         let suite = format!("arfsnic {} on {} against {}", full.scenario, full.kernel, b.source);

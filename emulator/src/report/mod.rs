@@ -1,7 +1,8 @@
 //! Reports: the typed run report ([`schema`]) and what is made of it — the per-run
 //! summary printed after `arfsnic run` ([`table`]), the seed-style steer-rate table with
 //! CSV and markdown ([`results`]), its SVG chart ([`chart`]), the plain-text block for a
-//! patch email ([`email`]), KTAP and JUnit test cases for CI systems ([`cases`]) and the regression check
+//! patch email ([`email`]), KTAP and JUnit test cases for CI systems ([`cases`]), the merge of a matrix's shards
+//! ([`merge`]) and the regression check
 //! against a baseline ([`baseline`]). Everything here reads [`schema::Report`]; nothing
 //! here imports the runner.
 
@@ -9,6 +10,7 @@ pub mod baseline;
 pub mod cases;
 pub mod chart;
 pub mod email;
+pub mod merge;
 pub mod results;
 pub mod schema;
 pub mod sweep;

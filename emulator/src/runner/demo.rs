@@ -271,6 +271,7 @@ pub fn run_demo(o: &DemoOptions) -> anyhow::Result<DemoResult> {
             funccount: (o.guest.as_deref() == Some("debian")).then(|| FUNCCOUNT_FUNCTION.to_string()),
             quiet: o.quiet,
             metrics: None,
+            profile: None,
             interrupt: o.interrupt.clone(),
         };
         let mut report = runner::run_scenario(path, &opts).with_context(|| format!("scenario {name}"))?;

@@ -13,6 +13,7 @@ pub mod env;
 pub mod flows;
 pub mod health;
 pub mod hoststat;
+pub mod matrix;
 pub mod metrics;
 pub mod qemu;
 pub mod run;
@@ -69,6 +70,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Serve the live counters in Prometheus text on http://ADDR/metrics (`--metrics`).
     pub metrics: Option<String>,
+    /// Replace the scenario's `profile` (runs that name their own keep it): a matrix cell.
+    pub profile: Option<String>,
     /// Polled between phases and every 50 ms of a run: when set, the QEMU of the current
     /// run is killed and the report holds the runs finished so far (`complete = false`).
     pub interrupt: Interrupt,
@@ -253,6 +256,9 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     }
     if let Some(d) = &opts.kdir {
         scenario.kdir = Some(d.clone());
+    }
+    if let Some(p) = &opts.profile {
+        scenario.profile = p.clone();
     }
     if let Some(g) = &opts.guest {
         scenario.vm.guest = g.clone();
