@@ -19,9 +19,13 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+#[path = "proto_header/rules.rs"]
+mod rules;
+
 /// Relative to `CARGO_MANIFEST_DIR`.
 const HEADER_PATH: &str = "../guest-tests/module/arfs_proto.h";
 const CONTROL_RS_PATH: &str = "src/wire/control.rs";
+const RULE_RS_PATH: &str = "src/wire/rule.rs";
 /// The header's include guard: the one `#define ARFS_*` without a value.
 const INCLUDE_GUARD: &str = "ARFS_PROTO_H";
 /// Untagged Ethernet header: dst[6] src[6] ethertype[2]; the control header follows.
@@ -146,7 +150,8 @@ impl Proto {
 /// (an index into an array is written `NAME[i]`).
 fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
     let z = |n: usize| n as u64;
-    vec![
+    let mut v = rules::rust_values();
+    v.extend([
         ("ARFS_ETH_P", "ETHERTYPE", u64::from(wire::ETHERTYPE)),
         ("ARFS_PROTO_VERSION", "VERSION", u64::from(wire::VERSION)),
         ("ARFS_PROTO_VERSION_MIN", "MIN_VERSION", u64::from(wire::MIN_VERSION)),
@@ -233,7 +238,10 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
         ("ARFS_ADD_ERR_ID_BASE", "counter::ADD_ERR", u64::from(counter::ADD_ERR)),
         ("ARFS_MOD_ERR_ID_BASE", "counter::MOD_ERR", u64::from(counter::MOD_ERR)),
         ("ARFS_DEL_ERR_ID_BASE", "counter::DEL_ERR", u64::from(counter::DEL_ERR)),
-    ]
+        ("ARFS_DEV_CTR_USER_RULES", "dev_counter::USER_RULES", u64::from(dev_counter::USER_RULES)),
+        ("ARFS_DEV_CTR_USER_RULE_HITS", "dev_counter::USER_RULE_HITS", u64::from(dev_counter::USER_RULE_HITS)),
+    ]);
+    v
 }
 
 /// Public constants of `wire/control.rs` with no `arfs_proto.h` counterpart: the module
@@ -330,8 +338,16 @@ fn check_counter_ids(p: &Proto) {
 /// The public constants of `wire/control.rs`, as `module::NAME` inside a `pub mod`; the
 /// unit tests at the end of the file are not read.
 fn rust_constants() -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(CONTROL_RS_PATH);
-    let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {CONTROL_RS_PATH}: {e}"));
+    let mut out = constants_of(CONTROL_RS_PATH);
+    // wire/rule.rs: its top-level constants as `rule::NAME`; the body offsets of its
+    // `off` module are checked against the encoder's bytes instead.
+    out.extend(constants_of(RULE_RS_PATH).into_iter().filter(|n| !n.contains("::")).map(|n| format!("rule::{n}")));
+    out
+}
+
+fn constants_of(file: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
     let mut module: Option<&str> = None;
     let mut out = Vec::new();
     for line in src.lines() {
@@ -1030,7 +1046,9 @@ fn check_built_device_frames(p: &Proto) {
 
 // ---- tests ----------------------------------------------------------------------------
 
-const CHECKS: [fn(&Proto); 8] = [
+const CHECKS: [fn(&Proto); 10] = [
+    rules::check_rule_layout,
+    rules::check_built_rules,
     check_rust_values,
     check_counter_ids,
     check_ethernet_and_header,
@@ -1040,6 +1058,13 @@ const CHECKS: [fn(&Proto); 8] = [
     check_built_requests,
     check_built_device_frames,
 ];
+
+#[test]
+fn rule_layout_matches_the_encoder_and_decoder() {
+    let p = Proto::load();
+    rules::check_rule_layout(&p);
+    rules::check_built_rules(&p);
+}
 
 #[test]
 fn header_values_match_rust_constants() {

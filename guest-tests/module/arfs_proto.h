@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * arfsnic in-band control protocol, version 2: the wire facts shared by the
+ * arfsnic in-band control protocol, version 3: the wire facts shared by the
  * guest module and the emulated device (docs/control-protocol.md).
  *
  * This header holds protocol facts only.  Each numeric constant is one line
@@ -18,7 +18,7 @@
 /* ---- framing ----------------------------------------------------------- */
 
 #define ARFS_ETH_P			0x88B5	/* ETH_P_802_EX1 */
-#define ARFS_PROTO_VERSION		2
+#define ARFS_PROTO_VERSION		3
 #define ARFS_PROTO_VERSION_MIN		1	/* v1 peers: no RSS ops */
 
 /* source MAC of every device frame: 02:a5:f1:c0:00:01 */
@@ -55,6 +55,8 @@
 #define ARFS_OP_DEV_STATS		0x08	/* the device's counters */
 #define ARFS_OP_RSS_GET			0x09	/* v2: the device's RSS */
 #define ARFS_OP_RSS_SET			0x0a	/* v2: change the device's RSS */
+#define ARFS_OP_RULE_SET		0x0b	/* v3: insert or replace a user rule */
+#define ARFS_OP_RULE_DEL		0x0c	/* v3: remove a user rule, or all */
 #define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
 
 #define ARFS_EV_RULE_AGED		0x40
@@ -106,6 +108,35 @@
 #define ARFS_RSS_INDIR_ENTRY_LEN	2	/* u16 queue index */
 #define ARFS_RSS_HFUNC_NO_CHANGE	0	/* ETH_RSS_HASH_NO_CHANGE */
 #define ARFS_RSS_HFUNC_TOEPLITZ		1	/* ETH_RSS_HASH_TOP */
+
+/*
+ * RULE_SET: an ethtool ntuple rule (ethtool -N flow-type ...), a masked match
+ * checked before the aRFS filters; a zero mask ignores its field.  Locations
+ * are 0 .. ARFS_RULE_LOC_MAX - 1; the lowest matching location wins.
+ */
+#define ARFS_RULE_SET_BODY_LEN		84
+#define ARFS_RULE_OFF_LOCATION		0	/* u32 */
+#define ARFS_RULE_OFF_RXQ		4	/* u16: ARFS_RULE_ACTION_QUEUE only */
+#define ARFS_RULE_OFF_ACTION		6	/* u8: ARFS_RULE_ACTION_* */
+#define ARFS_RULE_OFF_PAD		7	/* u8: 0 */
+#define ARFS_RULE_OFF_IP_VERSION	8	/* u8: 4 or 6 */
+#define ARFS_RULE_OFF_L4_PROTO		9	/* u8: 6 (TCP) or 17 (UDP) */
+#define ARFS_RULE_OFF_PAD2		10	/* u16: 0 */
+#define ARFS_RULE_OFF_SRC_ADDR		12	/* 16 bytes, IPv4 in the first 4 */
+#define ARFS_RULE_OFF_SRC_MASK		28	/* 16 bytes */
+#define ARFS_RULE_OFF_DST_ADDR		44	/* 16 bytes */
+#define ARFS_RULE_OFF_DST_MASK		60	/* 16 bytes */
+#define ARFS_RULE_OFF_SRC_PORT		76	/* u16 */
+#define ARFS_RULE_OFF_SRC_PORT_MASK	78	/* u16 */
+#define ARFS_RULE_OFF_DST_PORT		80	/* u16 */
+#define ARFS_RULE_OFF_DST_PORT_MASK	82	/* u16 */
+#define ARFS_RULE_ACTION_QUEUE		0
+#define ARFS_RULE_ACTION_DROP		1	/* ethtool action -1 */
+#define ARFS_RULE_LOC_MAX		1024
+
+#define ARFS_RULE_DEL_BODY_LEN		4
+#define ARFS_RULE_DEL_OFF_LOCATION	0	/* u32, or ARFS_RULE_LOC_ALL */
+#define ARFS_RULE_LOC_ALL		0xffffffff
 
 /* STATS: u16 count, u16 pad, then count entries */
 #define ARFS_STATS_HDR_LEN		4
@@ -214,7 +245,9 @@
 #define ARFS_DEV_CTR_EVENTS_SENT	9
 #define ARFS_DEV_CTR_RX_PACKETS		10
 #define ARFS_DEV_CTR_RX_NOT_READY	11
-#define ARFS_DEV_CTR_NR			12	/* one past the last id */
+#define ARFS_DEV_CTR_USER_RULES		12	/* a gauge: RULE_SET rules */
+#define ARFS_DEV_CTR_USER_RULE_HITS	13	/* packets steered by them */
+#define ARFS_DEV_CTR_NR			14	/* one past the last id */
 
 /* command latency histogram: id ARFS_HIST_ID_BASE + bucket */
 #define ARFS_HIST_BUCKETS		24

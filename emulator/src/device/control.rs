@@ -31,6 +31,7 @@ use crate::model::filter::{Action, FilterTable, Layout};
 use crate::model::profile::Profile;
 use crate::model::rss::{Rss, RssError};
 use crate::wire::control::{self as wire, Caps, CompletionBody, CompletionMsg, DecodeError, EventMsg, Header, Request};
+use crate::wire::rule::{RuleAction, RULE_LOC_ALL};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -133,7 +134,13 @@ fn command_of(req: &Request) -> Option<Command> {
         Request::Del { filter_id } => Command::Del { id: *filter_id },
         Request::Flush => Command::Flush,
         Request::Query { filter_id } => Command::Query { id: *filter_id },
-        Request::Hello | Request::Stats(_) | Request::DevStats | Request::RssGet | Request::RssSet(_) => return None,
+        Request::Hello
+        | Request::Stats(_)
+        | Request::DevStats
+        | Request::RssGet
+        | Request::RssSet(_)
+        | Request::RuleSet(_)
+        | Request::RuleDel { .. } => return None,
     })
 }
 
@@ -430,6 +437,11 @@ impl ControlRuntime {
                 Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
                 Err((errno, kind)) => Self::refuse(g, pair, src, &header, errno, kind, out),
             },
+            Request::RuleSet(_) | Request::RuleDel { .. } => match user_rule(g.engine.table(), sh.queue_pairs, &req) {
+                Ok(()) if quiet => g.frames.completions_suppressed += 1,
+                Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
+                Err((errno, kind)) => Self::refuse(g, pair, src, &header, errno, kind, out),
+            },
             other => {
                 let Some(cmd) = command_of(&other) else { return };
                 let mut outs = Vec::new();
@@ -527,6 +539,7 @@ impl ControlRuntime {
         let mut g = sh.lock();
         let table = g.engine.table().clone();
         table.flush();
+        table.flush_user_rules();
         g.engine = Engine::new(&sh.profile, table, sh.clock.now_ns());
         if g.schedule_held {
             g.engine.hold_schedule();
@@ -686,6 +699,7 @@ fn dev_stats(g: &Inner, d: DataCounters) -> Vec<(u16, u64)> {
     let e = g.engine.stats();
     let ok = |op: &str| e.ops.get(op).map_or(0, |o| o.completed_ok);
     let rejects: u64 = e.ops.values().flat_map(|o| o.errors.values()).sum();
+    let (user, user_hits) = g.engine.table().user_rules();
     vec![
         (c::RX_SPOOFED_DROPPED, d.rx_spoofed_dropped),
         (c::CTRL_REQUESTS, g.frames.received),
@@ -698,7 +712,28 @@ fn dev_stats(g: &Inner, d: DataCounters) -> Vec<(u16, u64)> {
         (c::EVENTS_SENT, g.frames.events_sent),
         (c::RX_PACKETS, d.rx_packets),
         (c::RX_NOT_READY, d.rx_not_ready),
+        (c::USER_RULES, user.len() as u64),
+        (c::USER_RULE_HITS, user_hits),
     ]
+}
+
+/// Apply a RULE_SET or RULE_DEL (docs/control-protocol.md §2.10–2.11) to the table the
+/// aRFS filters share. Errors: the errno and the `bad_by_kind` name.
+fn user_rule(table: &FilterTable, queue_pairs: u16, req: &Request) -> Result<(), (i32, &'static str)> {
+    match *req {
+        Request::RuleSet(spec) => {
+            if matches!(spec.action, RuleAction::Queue(q) if q >= queue_pairs) {
+                return Err((libc::EINVAL, "rule_bad_queue"));
+            }
+            table.set_user_rule(spec).map_err(|e| (e.errno(), "rule_table_full"))
+        }
+        Request::RuleDel { location: RULE_LOC_ALL } => {
+            table.flush_user_rules();
+            Ok(())
+        }
+        Request::RuleDel { location } => table.delete_user_rule(location).map_err(|e| (e.errno(), "rule_unknown")),
+        _ => Ok(()),
+    }
 }
 
 fn op_name(op: u8) -> &'static str {
@@ -708,6 +743,8 @@ fn op_name(op: u8) -> &'static str {
         wire::op::DEV_STATS => "dev_stats",
         wire::op::RSS_GET => "rss_get",
         wire::op::RSS_SET => "rss_set",
+        wire::op::RULE_SET => "rule_set",
+        wire::op::RULE_DEL => "rule_del",
         _ => Op::ALL.into_iter().find(|&o| wire_op(o) == op).map_or("other", Op::name),
     }
 }
@@ -931,7 +968,7 @@ mod tests {
         let (h, c) = ask(&rt, &sink, wire::VERSION, &Request::Hello);
         assert_eq!((h.version, c.status), (wire::VERSION, 0));
         // An unknown version is answered with EPROTO in the newest version.
-        let (h, c) = ask(&rt, &sink, 3, &Request::Hello);
+        let (h, c) = ask(&rt, &sink, wire::VERSION + 1, &Request::Hello);
         assert_eq!((h.version, c.status), (wire::VERSION, libc::EPROTO as u16));
         // So is a truncated header, whose version was never checked (found by the fuzzer).
         let mut f = wire::encode_request(GUEST, 1, &Request::Hello);
@@ -957,6 +994,45 @@ mod tests {
         for op in [wire::op::HELLO, wire::op::FLUSH, wire::op::QUERY, wire::op::RSS_SET, 0x0b, 0xff] {
             assert_eq!(reply_pair(op, 3), EVENT_PAIR);
         }
+    }
+
+    #[test]
+    fn user_rules_are_set_deleted_flushed_and_counted() {
+        use crate::wire::rule::{RuleSpec, RULE_LOC_ALL};
+        use crate::wire::{FlowKey, IpVersion, L4Proto};
+        let (rt, sink) = runtime(true);
+        let table = rt.table();
+        let mut r = RuleSpec::any(3, IpVersion::V4, L4Proto::Udp, 2);
+        r.dport = 5201;
+        r.dport_mask = 0xffff;
+        let status = |v: u8, req: &Request| ask(&rt, &sink, v, req).1.status;
+        assert_eq!(status(wire::VERSION, &Request::RuleSet(r)), 0);
+        let flow = FlowKey::v4(L4Proto::Udp, [10, 99, 0, 3], 4000, [10, 99, 0, 2], 5201);
+        assert_eq!(table.lookup_user(&flow), Some((3, Action::Queue(2))));
+        assert_eq!(table.lookup_user(&FlowKey { dport: 5202, ..flow }), None);
+        // Queue beyond the device, unknown location, a version 2 peer.
+        let einval = libc::EINVAL as u16;
+        let bad = RuleSpec { action: crate::wire::rule::RuleAction::Queue(4), ..r };
+        assert_eq!(status(wire::VERSION, &Request::RuleSet(bad)), einval);
+        assert_eq!(status(wire::VERSION, &Request::RuleDel { location: 9 }), libc::ENOENT as u16);
+        let (_, c) = ask(&rt, &sink, wire::VERSION, &Request::DevStats);
+        let CompletionBody::DevStats(e) = c.body else { panic!("{c:?}") };
+        assert!(e.contains(&(wire::dev_counter::USER_RULES, 1)), "{e:?}");
+        assert!(e.contains(&(wire::dev_counter::USER_RULE_HITS, 1)), "{e:?}");
+        // All configuration completions went to queue 0.
+        assert!(sink.pairs.lock().unwrap().iter().all(|&p| p == 0));
+        assert_eq!(status(2, &Request::RuleSet(r)), libc::EOPNOTSUPP as u16);
+        assert_eq!(status(wire::VERSION, &Request::RuleDel { location: 3 }), 0);
+        assert_eq!(table.lookup_user(&flow), None);
+        for loc in [1, 2] {
+            assert_eq!(status(wire::VERSION, &Request::RuleSet(RuleSpec { location: loc, ..r })), 0);
+        }
+        assert_eq!(status(wire::VERSION, &Request::RuleDel { location: RULE_LOC_ALL }), 0);
+        assert!(table.user_rules().0.is_empty());
+        // A device reset forgets them too.
+        assert_eq!(status(wire::VERSION, &Request::RuleSet(r)), 0);
+        rt.reset();
+        assert!(table.user_rules().0.is_empty());
     }
 
     #[test]

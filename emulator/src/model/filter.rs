@@ -9,7 +9,10 @@
 //! checks are exact. Per-rule hit counters are relaxed atomics. The choice is measured
 //! against a single `RwLock<HashMap>` in `benches/model.rs` (see docs/performance.md).
 
+use super::ntuple::{self, UserRule, UserRuleSnapshot};
+use crate::wire::rule::RuleSpec;
 use crate::wire::{FlowKey, IpVersion, L4Proto};
+use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -135,11 +138,19 @@ pub struct PartitionStats {
 struct Ctrl {
     by_id: HashMap<u32, FlowKey, ahash::RandomState>,
     parts: Vec<PartitionStats>,
+    /// User rules by location (the published list is `FilterTable::user`).
+    user: BTreeMap<u32, Arc<UserRule>>,
+    /// Per partition: how much of `rules_now` is user rules.
+    user_per_part: Vec<usize>,
 }
 
 /// The filter table.
 pub struct FilterTable {
     map: DashMap<FlowKey, Arc<Rule>, ahash::RandomState>,
+    /// The ethtool ntuple rules in location order (`model::ntuple`), checked before
+    /// `map`; replaced as a whole under `ctrl` (they change at ethtool speed).
+    user: ArcSwap<Vec<Arc<UserRule>>>,
+    user_hits: AtomicU64,
     ctrl: Mutex<Ctrl>,
     layout: Layout,
 }
@@ -152,11 +163,19 @@ impl FilterTable {
             Layout::PerType => &PER_TYPE_NAMES,
             Layout::Shared => &["shared"],
         };
-        let parts =
+        let parts: Vec<PartitionStats> =
             names.iter().map(|&name| PartitionStats { name: name.into(), capacity, ..Default::default() }).collect();
+        let user_per_part = vec![0; parts.len()];
         FilterTable {
             map: DashMap::with_hasher(ahash::RandomState::new()),
-            ctrl: Mutex::new(Ctrl { by_id: HashMap::with_hasher(ahash::RandomState::new()), parts }),
+            user: ArcSwap::from_pointee(Vec::new()),
+            user_hits: AtomicU64::new(0),
+            ctrl: Mutex::new(Ctrl {
+                by_id: HashMap::with_hasher(ahash::RandomState::new()),
+                parts,
+                user: BTreeMap::new(),
+                user_per_part,
+            }),
             layout,
         }
     }
@@ -167,9 +186,13 @@ impl FilterTable {
 
     /// Index of the partition a flow's rule counts against.
     pub fn partition_of(&self, key: &FlowKey) -> usize {
+        self.partition_of_type(key.version, key.proto)
+    }
+
+    fn partition_of_type(&self, version: IpVersion, proto: L4Proto) -> usize {
         match self.layout {
             Layout::Shared => 0,
-            Layout::PerType => match (key.version, key.proto) {
+            Layout::PerType => match (version, proto) {
                 (IpVersion::V4, L4Proto::Tcp) => 0,
                 (IpVersion::V4, L4Proto::Udp) => 1,
                 (IpVersion::V6, L4Proto::Tcp) => 2,
@@ -239,16 +262,94 @@ impl FilterTable {
         Ok(rule.snapshot())
     }
 
-    /// Remove every rule; returns how many there were.
+    /// Remove every aRFS rule (the user rules stay); returns how many there were.
     pub fn flush(&self) -> usize {
         let mut c = self.ctrl();
         let n = c.by_id.len();
         c.by_id.clear();
-        for p in &mut c.parts {
-            p.rules_now = 0;
+        let Ctrl { parts, user_per_part, .. } = &mut *c;
+        for (p, u) in parts.iter_mut().zip(user_per_part.iter()) {
+            p.rules_now = *u;
         }
         self.map.clear();
         n
+    }
+
+    /// Install or replace the user rule at `spec.location`. It shares its flow type's
+    /// capacity with the aRFS rules: a new location on a full partition is refused.
+    pub fn set_user_rule(&self, spec: RuleSpec) -> Result<(), FilterError> {
+        let mut c = self.ctrl();
+        let p = self.partition_of_type(spec.version, spec.proto);
+        let old = c.user.get(&spec.location).map(|r| self.partition_of_type(r.spec.version, r.spec.proto));
+        if old != Some(p) {
+            let part = &c.parts[p];
+            if part.rules_now >= part.capacity {
+                return Err(FilterError::TableFull { partition: part.name.clone(), capacity: part.capacity });
+            }
+            if let Some(o) = old {
+                c.parts[o].rules_now -= 1;
+                c.user_per_part[o] -= 1;
+            }
+            let part = &mut c.parts[p];
+            part.rules_now += 1;
+            part.rules_peak = part.rules_peak.max(part.rules_now);
+            c.user_per_part[p] += 1;
+        }
+        c.parts[p].inserts += 1;
+        c.user.insert(spec.location, Arc::new(UserRule::new(spec)));
+        self.publish_user(&c);
+        Ok(())
+    }
+
+    /// Remove the user rule at `location`.
+    pub fn delete_user_rule(&self, location: u32) -> Result<(), FilterError> {
+        let mut c = self.ctrl();
+        let r = c.user.remove(&location).ok_or(FilterError::UnknownId(location))?;
+        let p = self.partition_of_type(r.spec.version, r.spec.proto);
+        c.parts[p].rules_now -= 1;
+        c.parts[p].deletes += 1;
+        c.user_per_part[p] -= 1;
+        self.publish_user(&c);
+        Ok(())
+    }
+
+    /// Remove every user rule; returns how many there were.
+    pub fn flush_user_rules(&self) -> usize {
+        let mut c = self.ctrl();
+        let n = c.user.len();
+        c.user.clear();
+        let Ctrl { parts, user_per_part, .. } = &mut *c;
+        for (p, u) in parts.iter_mut().zip(user_per_part.iter_mut()) {
+            p.rules_now -= *u;
+            *u = 0;
+        }
+        self.publish_user(&c);
+        n
+    }
+
+    fn publish_user(&self, c: &Ctrl) {
+        self.user.store(Arc::new(c.user.values().cloned().collect()));
+    }
+
+    /// Datapath: the first user rule (lowest location) matching `key`, counting the hit.
+    #[inline]
+    pub fn lookup_user(&self, key: &FlowKey) -> Option<(u32, Action)> {
+        let rules = self.user.load();
+        let r = rules.iter().find(|r| r.matches(key))?;
+        r.hit();
+        self.user_hits.fetch_add(1, Ordering::Relaxed);
+        Some((r.spec.location, ntuple::action(&r.spec)))
+    }
+
+    /// Whether any user rule is installed (one atomic load: the datapath's fast path).
+    #[inline]
+    pub fn has_user_rules(&self) -> bool {
+        !self.user.load().is_empty()
+    }
+
+    /// The user rules in location order, and the packets they took in all.
+    pub fn user_rules(&self) -> (Vec<UserRuleSnapshot>, u64) {
+        (self.user.load().iter().map(|r| r.snapshot()).collect(), self.user_hits.load(Ordering::Relaxed))
     }
 
     /// Datapath lookup: the matching rule's id and action, counting the hit.
@@ -392,5 +493,32 @@ mod tests {
         t.lookup(&key(2, L4Proto::Udp), 1, 5_000);
         assert_eq!(t.idle_rules(6_000, 4_000), vec![1]);
         assert_eq!(t.idle_rules(9_000, 4_000), vec![1, 2]);
+    }
+
+    #[test]
+    fn user_rules_share_capacity_and_survive_an_arfs_flush() {
+        use crate::wire::rule::RuleSpec;
+        let t = FilterTable::new(Layout::PerType, 2);
+        let rule = |loc| RuleSpec::any(loc, IpVersion::V4, L4Proto::Tcp, 1);
+        t.set_user_rule(rule(5)).unwrap();
+        t.insert(1, key(1, L4Proto::Tcp), Action::Queue(0), 0).unwrap();
+        // The partition holds one user rule and one filter: full for both kinds.
+        assert_eq!(t.insert(2, key(2, L4Proto::Tcp), Action::Queue(0), 0).unwrap_err().errno(), libc::ENOSPC);
+        assert_eq!(t.set_user_rule(rule(6)).unwrap_err().errno(), libc::ENOSPC);
+        // Replacing a location takes no new room; other flow types have their own.
+        t.set_user_rule(RuleSpec { action: crate::wire::rule::RuleAction::Drop, ..rule(5) }).unwrap();
+        t.set_user_rule(RuleSpec::any(6, IpVersion::V4, L4Proto::Udp, 1)).unwrap();
+        // The lowest location wins, before any aRFS filter of the same flow.
+        assert_eq!(t.lookup_user(&key(1, L4Proto::Tcp)), Some((5, Action::Drop)));
+        assert_eq!(t.flush(), 1);
+        assert_eq!(t.stats()[0].rules_now, 1, "the user rule still counts");
+        t.insert(3, key(3, L4Proto::Tcp), Action::Queue(0), 0).unwrap();
+        t.delete_user_rule(5).unwrap();
+        assert_eq!(t.delete_user_rule(5).unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(t.flush_user_rules(), 1);
+        assert_eq!(t.stats().iter().map(|p| p.rules_now).collect::<Vec<_>>(), [1, 0, 0, 0]);
+        let (rules, hits) = t.user_rules();
+        assert!(rules.is_empty());
+        assert_eq!(hits, 1);
     }
 }

@@ -7,5 +7,6 @@ pub mod errno;
 pub mod filter;
 pub mod latency;
 pub mod nic;
+pub mod ntuple;
 pub mod profile;
 pub mod rss;

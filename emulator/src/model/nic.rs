@@ -18,6 +18,7 @@ pub struct QueueCounters {
     pub rx_packets: AtomicU64,
     pub rx_bytes: AtomicU64,
     pub rss_delivered: AtomicU64,
+    /// Packets steered by an aRFS filter or a user ntuple rule.
     pub filter_delivered: AtomicU64,
     /// Frames of the control protocol (completions, events) delivered.
     pub control_delivered: AtomicU64,
@@ -58,8 +59,10 @@ pub struct Decision {
     /// Destination RX queue; `None` when a drop filter matched.
     pub queue: Option<u16>,
     pub rss: RssDecision,
-    /// Id of the matching filter.
+    /// Id of the matching aRFS filter.
     pub filter: Option<u32>,
+    /// Location of the matching ethtool ntuple rule (checked before the filters).
+    pub rule: Option<u32>,
 }
 
 /// Device-wide classification counters.
@@ -187,8 +190,9 @@ impl Nic {
         self.set_rss(rss);
     }
 
-    /// Classify a parsed packet of `len` bytes at `now_ns`: filter first, RSS
-    /// otherwise. Counts the filter hit; delivery is counted by [`Nic::record`].
+    /// Classify a parsed packet of `len` bytes at `now_ns`: the user's ntuple rules
+    /// first, then the aRFS filters, RSS otherwise. Counts the rule or filter hit;
+    /// delivery is counted by [`Nic::record`].
     #[inline]
     pub fn classify(&self, info: &PacketInfo, len: usize, now_ns: u64) -> Decision {
         let rss = self.rss.load().decide(info);
@@ -198,28 +202,33 @@ impl Nic {
         if rss.hash.is_none() {
             self.counters.unhashed.fetch_add(1, Relaxed);
         }
-        if let Some(key) = info.flow_key() {
-            if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
-                return match action {
-                    Action::Queue(q) if self.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
-                        Decision { queue: Some(q), rss, filter: Some(id) }
-                    }
-                    Action::Queue(q) if usize::from(q) < self.queues.len() => {
-                        self.counters.filter_queue_disabled.fetch_add(1, Relaxed);
-                        match self.disabled_queue {
-                            DisabledQueue::Drop => Decision { queue: Some(q), rss, filter: Some(id) },
-                            DisabledQueue::Rss => Decision { queue: Some(rss.queue), rss, filter: None },
-                        }
-                    }
-                    Action::Queue(_) => {
-                        self.counters.filter_bad_queue.fetch_add(1, Relaxed);
-                        Decision { queue: Some(rss.queue), rss, filter: None }
-                    }
-                    Action::Drop => Decision { queue: None, rss, filter: Some(id) },
-                };
+        let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
+        let Some(key) = info.flow_key() else { return plain };
+        let (hit, action) =
+            if let Some((loc, action)) = self.table.has_user_rules().then(|| self.table.lookup_user(&key)).flatten() {
+                (Decision { rule: Some(loc), ..plain }, action)
+            } else if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
+                (Decision { filter: Some(id), ..plain }, action)
+            } else {
+                return plain;
+            };
+        match action {
+            Action::Queue(q) if self.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
+                Decision { queue: Some(q), ..hit }
             }
+            Action::Queue(q) if usize::from(q) < self.queues.len() => {
+                self.counters.filter_queue_disabled.fetch_add(1, Relaxed);
+                match self.disabled_queue {
+                    DisabledQueue::Drop => Decision { queue: Some(q), ..hit },
+                    DisabledQueue::Rss => plain,
+                }
+            }
+            Action::Queue(_) => {
+                self.counters.filter_bad_queue.fetch_add(1, Relaxed);
+                plain
+            }
+            Action::Drop => Decision { queue: None, ..hit },
         }
-        Decision { queue: Some(rss.queue), rss, filter: None }
     }
 
     /// Parse and classify a frame.
@@ -245,7 +254,7 @@ impl Nic {
         }
         c.rx_packets.fetch_add(1, Relaxed);
         c.rx_bytes.fetch_add(bytes as u64, Relaxed);
-        if d.filter.is_some() {
+        if d.filter.is_some() || d.rule.is_some() {
             c.filter_delivered.fetch_add(1, Relaxed);
         } else {
             c.rss_delivered.fetch_add(1, Relaxed);
@@ -393,5 +402,31 @@ mod tests {
         n.reset_rss(&[true; 4]);
         n.set_enabled_queues(&[true, false, false, false]);
         assert!(n.rss().indirection().iter().all(|&q| q == 0));
+    }
+
+    #[test]
+    fn a_user_rule_wins_over_the_arfs_filter_and_rss() {
+        use crate::wire::rule::{RuleAction, RuleSpec};
+        use crate::wire::IpVersion;
+        let n = nic();
+        let f = frame(2794);
+        let (info, _) = n.classify_frame(&f, 0).unwrap();
+        n.table().insert(7, info.flow_key().unwrap(), Action::Queue(1), 0).unwrap();
+        let mut r = RuleSpec::any(0, IpVersion::V4, L4Proto::Tcp, 2);
+        r.sport = 2794;
+        r.sport_mask = 0xffff;
+        n.table().set_user_rule(r).unwrap();
+        let d = n.classify(&info, f.len(), 0);
+        assert_eq!((d.queue, d.filter, d.rule), (Some(2), None, Some(0)));
+        n.record(&d, f.len(), true);
+        assert_eq!(n.snapshot().queues[2].filter_delivered, 1);
+        // Another source port: the filter's flow is not this one, RSS decides.
+        let (info2, d2) = n.classify_frame(&frame(2795), 0).unwrap();
+        assert_eq!((d2.queue, d2.filter, d2.rule), (Some(d2.rss.queue), None, None), "{info2:?}");
+        n.table().set_user_rule(RuleSpec { action: RuleAction::Drop, ..r }).unwrap();
+        assert_eq!(n.classify(&info, f.len(), 0).queue, None);
+        n.table().delete_user_rule(0).unwrap();
+        let d = n.classify(&info, f.len(), 0);
+        assert_eq!((d.queue, d.filter, d.rule), (Some(1), Some(7), None));
     }
 }

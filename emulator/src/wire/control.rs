@@ -19,13 +19,15 @@
 use super::ethernet;
 use super::flow::{FlowKey, IpVersion, L4Proto};
 use super::parse::CONTROL_ETHERTYPE;
+use super::rule::{RuleBodyError, RuleSpec, RULE_DEL_BODY_LEN, RULE_SET_BODY_LEN};
 use std::fmt;
 
 /// The EtherType of control frames.
 pub const ETHERTYPE: u16 = CONTROL_ETHERTYPE;
-/// Protocol version this module speaks (RSS_GET / RSS_SET are new in 2).
-pub const VERSION: u8 = 2;
-/// Oldest version still accepted: version 1 is version 2 without the RSS ops.
+/// Protocol version this module speaks (RSS_GET / RSS_SET are new in 2, RULE_SET /
+/// RULE_DEL in 3).
+pub const VERSION: u8 = 3;
+/// Oldest version still accepted: each version is the next without its new ops.
 pub const MIN_VERSION: u8 = 1;
 /// Source MAC of every device-generated control frame.
 pub const DEVICE_MAC: [u8; 6] = [0x02, 0xa5, 0xf1, 0xc0, 0x00, 0x01];
@@ -58,6 +60,10 @@ pub mod op {
     pub const RSS_GET: u8 = 0x09;
     /// Change the device's RSS key / indirection table / hash function (version 2).
     pub const RSS_SET: u8 = 0x0a;
+    /// Insert or replace an ethtool ntuple rule (version 3; `wire::rule`).
+    pub const RULE_SET: u8 = 0x0b;
+    /// Remove an ethtool ntuple rule, or all of them (version 3).
+    pub const RULE_DEL: u8 = 0x0c;
     /// A completion's op is `COMPLETION | request op`.
     pub const COMPLETION: u8 = 0x80;
     /// Unsolicited device events.
@@ -105,9 +111,13 @@ pub mod dev_counter {
     pub const EVENTS_SENT: u16 = 9;
     pub const RX_PACKETS: u16 = 10;
     pub const RX_NOT_READY: u16 = 11;
+    /// A gauge: the ethtool ntuple rules installed (RULE_SET).
+    pub const USER_RULES: u16 = 12;
+    /// Packets steered or dropped by them.
+    pub const USER_RULE_HITS: u16 = 13;
 
     /// Names of ids 1.. in order.
-    pub(super) const NAMES: [&str; 11] = [
+    pub(super) const NAMES: [&str; 13] = [
         "rx_spoofed_dropped",
         "ctrl_requests",
         "ctrl_bad",
@@ -119,6 +129,8 @@ pub mod dev_counter {
         "events_sent",
         "rx_packets",
         "rx_not_ready",
+        "user_rules",
+        "user_rule_hits",
     ];
 }
 
@@ -286,6 +298,10 @@ pub enum Request {
     DevStats,
     RssGet,
     RssSet(RssSet),
+    RuleSet(RuleSpec),
+    RuleDel {
+        location: u32,
+    },
 }
 
 /// RSS_SET: what to change. An empty key or table keeps the current one; `hfunc` 0 keeps
@@ -324,6 +340,8 @@ impl Request {
             Request::DevStats => op::DEV_STATS,
             Request::RssGet => op::RSS_GET,
             Request::RssSet(_) => op::RSS_SET,
+            Request::RuleSet(_) => op::RULE_SET,
+            Request::RuleDel { .. } => op::RULE_DEL,
         }
     }
 
@@ -346,7 +364,7 @@ pub enum DecodeError {
     /// zero (seq is 0 unless all of it was present).
     #[error("truncated control header ({have} of 16 bytes)")]
     TruncatedHeader { header: Header, have: usize },
-    #[error("protocol version {} is not 1 or 2", header.version)]
+    #[error("protocol version {} is not 1, 2 or 3", header.version)]
     BadVersion { header: Header },
     #[error("unknown op {:#04x}", header.op)]
     UnknownOp { header: Header },
@@ -368,6 +386,9 @@ pub enum DecodeError {
     /// RSS_SET with a key or table longer than the protocol carries.
     #[error("RSS_SET key of {key_len} bytes / table of {indir_size} entries exceeds 64 / 128")]
     RssTooLarge { header: Header, key_len: usize, indir_size: usize },
+    /// A RULE_SET body with a field out of range.
+    #[error("RULE_SET: {error}")]
+    BadRule { header: Header, error: RuleBodyError },
 }
 
 impl DecodeError {
@@ -384,7 +405,8 @@ impl DecodeError {
             | DecodeError::BadIpVersion { header, .. }
             | DecodeError::BadL4Proto { header, .. }
             | DecodeError::BadAddress { header }
-            | DecodeError::RssTooLarge { header, .. } => Some(header),
+            | DecodeError::RssTooLarge { header, .. }
+            | DecodeError::BadRule { header, .. } => Some(header),
         }
     }
 
@@ -394,6 +416,9 @@ impl DecodeError {
             DecodeError::TooShort { .. } | DecodeError::NotControl(_) => None,
             DecodeError::BadVersion { .. } => Some(libc::EPROTO),
             DecodeError::UnknownOp { .. } => Some(libc::EOPNOTSUPP),
+            DecodeError::BadRule { error: RuleBodyError::IpVersion(_) | RuleBodyError::L4Proto(_), .. } => {
+                Some(libc::EPROTONOSUPPORT)
+            }
             _ => Some(libc::EINVAL),
         }
     }
@@ -413,6 +438,7 @@ impl DecodeError {
             DecodeError::BadL4Proto { .. } => "bad_l4_proto",
             DecodeError::BadAddress { .. } => "bad_address",
             DecodeError::RssTooLarge { .. } => "rss_too_large",
+            DecodeError::BadRule { .. } => "bad_rule",
         }
     }
 }
@@ -522,6 +548,15 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
         // Version 1 has no RSS ops.
         op::RSS_GET if header.version >= 2 => Request::RssGet,
         op::RSS_SET if header.version >= 2 => Request::RssSet(decode_rss_set(h, body)?),
+        // Version 3: ethtool ntuple rules.
+        op::RULE_SET if header.version >= 3 => {
+            expect_min(h, body, RULE_SET_BODY_LEN, ">= 84")?;
+            Request::RuleSet(RuleSpec::decode(body).map_err(|error| DecodeError::BadRule { header, error })?)
+        }
+        op::RULE_DEL if header.version >= 3 => {
+            expect_min(h, body, RULE_DEL_BODY_LEN, ">= 4")?;
+            Request::RuleDel { location: be32(body, 0) }
+        }
         op::ADD => {
             expect_min(h, body, ADD_BODY_LEN, ">= 44")?;
             Request::Add(decode_add(h, body)?)
@@ -649,6 +684,8 @@ pub fn request_body(req: &Request) -> Vec<u8> {
             b.extend_from_slice(&[0, 0]);
         }
         Request::Del { filter_id } | Request::Query { filter_id } => b.extend_from_slice(&filter_id.to_be_bytes()),
+        Request::RuleSet(r) => r.encode(&mut b),
+        Request::RuleDel { location } => b.extend_from_slice(&location.to_be_bytes()),
         Request::Stats(entries) => {
             // A frame cannot carry more than u16::MAX entries; extra ones are left out.
             let n = entries.len().min(usize::from(u16::MAX));
@@ -907,6 +944,9 @@ impl fmt::Display for Request {
             Request::RssSet(r) => {
                 write!(f, "RSS_SET hfunc={} key={}B indir={} entries", r.hfunc, r.key.len(), r.indir.len())
             }
+            Request::RuleSet(r) => write!(f, "RULE_SET {r}"),
+            Request::RuleDel { location: super::rule::RULE_LOC_ALL } => write!(f, "RULE_DEL all"),
+            Request::RuleDel { location } => write!(f, "RULE_DEL loc {location}"),
         }
     }
 }
@@ -932,7 +972,7 @@ mod tests {
         assert_eq!(&f[0..6], &BROADCAST_MAC);
         assert_eq!(&f[6..12], &GUEST);
         assert_eq!(&f[12..14], &[0x88, 0xb5]);
-        assert_eq!(&f[14..30], &[2, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&f[14..30], &[3, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
         let b = &f[30..];
         assert_eq!(&b[0..8], &[1, 2, 3, 4, 0, 3, 4, 6]);
         assert_eq!(&b[8..12], &[10, 0, 0, 1]);
@@ -957,7 +997,7 @@ mod tests {
     #[test]
     fn errors_carry_status_and_seq() {
         let mut f = encode_request(GUEST, 0xdead_beef, &Request::Hello);
-        f[14] = 3;
+        f[14] = 4;
         let e = decode_request(&f).unwrap_err();
         assert_eq!((e.errno(), e.header().map(|h| h.seq)), (Some(libc::EPROTO), Some(0xdead_beef)));
         f[14] = 0;
@@ -1003,7 +1043,7 @@ mod tests {
             rxq: 2,
             key: FlowKey::v4(L4Proto::Udp, [10, 0, 0, 2], 40000, [10, 0, 0, 15], 7000),
         });
-        let want_req = "ffffffffffff525400123456 88b5 0202 003c 00000011 0000 0000 00000000 \
+        let want_req = "ffffffffffff525400123456 88b5 0302 003c 00000011 0000 0000 00000000 \
                         00000007 0002 04 11 0a000002000000000000000000000000 0a00000f000000000000000000000000 9c40 1b58";
         assert_eq!(hex::encode(encode_request(mac, 0x11, &req)), want_req.replace([' ', '\\', '\n'], ""));
         let c = CompletionMsg {
@@ -1015,7 +1055,7 @@ mod tests {
             finish_ns: 1_050_500,
             body: CompletionBody::None,
         };
-        let want_c = "525400123456 02a5f1c00001 88b5 0282 0028 00000011 0000 0000 00000000 \
+        let want_c = "525400123456 02a5f1c00001 88b5 0382 0028 00000011 0000 0000 00000000 \
                       00000000000f4240 00000000000f4434 0000000000100784 000000000000";
         assert_eq!(hex::encode(encode_completion(mac, &c)), want_c.replace([' ', '\\', '\n'], ""));
     }
@@ -1081,7 +1121,7 @@ mod tests {
     fn rss_set_layout_and_round_trip() {
         let f = encode_request(GUEST, 5, &rss_set());
         let b = &f[ETH_HLEN + HDR_LEN..];
-        assert_eq!(&f[14..18], &[2, op::RSS_SET, 0, (16 + 8 + 40 + 16) as u8]);
+        assert_eq!(&f[14..18], &[3, op::RSS_SET, 0, (16 + 8 + 40 + 16) as u8]);
         assert_eq!(&b[..8], &[1, 0, 0, 40, 0, 8, 0, 0]);
         assert_eq!(&b[8..12], &[0, 1, 2, 3]);
         assert_eq!(&b[48..52], &[0, 0, 0, 1]);

@@ -9,6 +9,7 @@ pub mod echo;
 pub mod ethernet;
 pub mod flow;
 pub mod parse;
+pub mod rule;
 
 pub use ethernet::MacAddr;
 pub use flow::{FlowKey, FlowSpecError, IpVersion, L4Proto};
