@@ -8,6 +8,7 @@
  *  arfs_rules.c  rule hash tables, ndo_rx_flow_steer, rule work, expiry
  *  arfs_proto.c  control frames: build and transmit, commands and their
  *                completions, events, HELLO/CAPS, the STATS push
+ *  arfs_nfc.c    ethtool ntuple rules (get_rxnfc/set_rxnfc, RULE_SET/DEL)
  *  arfs_proto.h  the wire protocol, shared with the device
  */
 #ifndef ARFS_H
@@ -137,6 +138,12 @@ struct arfs_rule {
 	struct rcu_head rcu;
 };
 
+/* one ethtool ntuple rule (arfs_nfc.c), as the user gave it */
+struct arfs_nfc_rule {
+	struct list_head node;		/* arfs_priv.nfc_rules, by location */
+	struct ethtool_rx_flow_spec fs;
+};
+
 struct arfs_cmd {
 	struct list_head node;
 	struct completion done;
@@ -196,7 +203,7 @@ struct arfs_priv {
 	u32 last_event_seq;
 	bool have_event_seq;
 
-	u8 proto_version;	/* 2, or 1 against a version 1 device */
+	u8 proto_version;	/* 3, or what an older device speaks (HELLO) */
 	/* the device's RSS sizes from the latest RSS_GET (valid when set) */
 	bool rss_valid;
 	u16 rss_key_size;
@@ -221,12 +228,26 @@ struct arfs_priv {
 	/* virtio_net's ethtool ops plus our counters in -S */
 	const struct ethtool_ops *orig_eops;
 	struct ethtool_ops eops;
+
+	/*
+	 * ethtool ntuple rules (arfs_nfc.c), sorted by location; under RTNL
+	 * only, freed by arfs_detach() once the ops copies are gone.
+	 */
+	struct list_head nfc_rules;
+	unsigned int nfc_count;
+	bool nfc_flush_pending;	/* RULE_DEL ALL owed: ntuple went off while down */
 };
 
 /* messages name the module and the interface, not the virtio_net driver */
 #define arfs_info(dev, fmt, ...) pr_info("%s: " fmt, netdev_name(dev), ##__VA_ARGS__)
 #define arfs_warn(dev, fmt, ...) pr_warn("%s: " fmt, netdev_name(dev), ##__VA_ARGS__)
 #define arfs_err(dev, fmt, ...) pr_err("%s: " fmt, netdev_name(dev), ##__VA_ARGS__)
+
+/* the instance of an ethtool call: dev->ethtool_ops is its copy (RTNL) */
+static inline struct arfs_priv *arfs_from_ethtool(struct net_device *dev)
+{
+	return container_of(dev->ethtool_ops, struct arfs_priv, eops);
+}
 
 static inline void arfs_ctr_inc(struct arfs_priv *p, int id)
 {
@@ -269,5 +290,15 @@ int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
 		 u8 hfunc);
 int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	     struct packet_type *pt, struct net_device *orig_dev);
+int arfs_cmd_config(struct arfs_priv *p, u8 op, const u8 *body,
+		    unsigned int body_len, bool force);
+
+/* arfs_nfc.c */
+int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,
+		   u32 *rule_locs);
+int arfs_set_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info);
+int arfs_nfc_set_features(struct net_device *dev, netdev_features_t features);
+void arfs_nfc_dev_up(struct arfs_priv *p);
+void arfs_nfc_detach(struct arfs_priv *p, bool tell_device);
 
 #endif /* ARFS_H */

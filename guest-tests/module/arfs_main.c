@@ -186,6 +186,8 @@ static const char * const arfs_dev_ctr_names[ARFS_DEV_CTR_NR] = {
 	[ARFS_DEV_CTR_EVENTS_SENT] = "events_sent",
 	[ARFS_DEV_CTR_RX_PACKETS] = "rx_packets",
 	[ARFS_DEV_CTR_RX_NOT_READY] = "rx_not_ready",
+	[ARFS_DEV_CTR_USER_RULES] = "user_rules",
+	[ARFS_DEV_CTR_USER_RULE_HITS] = "user_rule_hits",
 };
 
 static const char * const arfs_type_names[ARFS_NUM_TYPES] = {
@@ -517,11 +519,6 @@ static void arfs_steering_off_features(struct arfs_priv *p)
  */
 #define ARFS_ETH_NSTATS	((ARFS_CTR_NR - 1) + ARFS_DIAG_NR + (ARFS_DEV_CTR_NR - 1))
 
-static struct arfs_priv *arfs_from_ethtool(struct net_device *dev)
-{
-	return container_of(dev->ethtool_ops, struct arfs_priv, eops);
-}
-
 static int arfs_orig_sset_count(struct arfs_priv *p, struct net_device *dev,
 				int sset)
 {
@@ -690,9 +687,12 @@ static void arfs_detach(struct arfs_priv *p, bool rtnl_held)
 		p->wq = NULL;
 	}
 
-	/* 3. empty the device table with one FLUSH */
+	/* 3. empty the device table with one FLUSH (it keeps the user
+	 * rules: RULE_DEL ALL), free the ntuple rule store
+	 */
 	if (p->pt_added && netif_running(dev))
 		arfs_cmd_flush(p);
+	arfs_nfc_detach(p, p->pt_added && netif_running(dev));
 
 	/* 4. stop receiving, free the rules and the rmap */
 	if (p->pt_added) {
@@ -718,7 +718,15 @@ static int arfs_netdev_event(struct notifier_block *nb, unsigned long event,
 	struct arfs_priv *p, *tmp;
 
 	/* runs under RTNL, as do attach's final section and exit's check */
-	if (event != NETDEV_UNREGISTER || arfs_exiting)
+	if (arfs_exiting)
+		return NOTIFY_DONE;
+	if (event == NETDEV_UP) {
+		list_for_each_entry(p, &arfs_list, node)
+			if (p->dev == dev)
+				arfs_nfc_dev_up(p);
+		return NOTIFY_DONE;
+	}
+	if (event != NETDEV_UNREGISTER)
 		return NOTIFY_DONE;
 	list_for_each_entry_safe(p, tmp, &arfs_list, node) {
 		if (p->dev != dev)
@@ -751,6 +759,7 @@ static int arfs_attach(const char *name)
 	spin_lock_init(&p->arfs_lock);
 	spin_lock_init(&p->cmd_lock);
 	INIT_LIST_HEAD(&p->cmd_pending);
+	INIT_LIST_HEAD(&p->nfc_rules);
 	p->proto_version = ARFS_PROTO_VERSION;
 	INIT_DELAYED_WORK(&p->stats_work, arfs_stats_work);
 	INIT_DELAYED_WORK(&p->expire_work, arfs_expire_work);
@@ -816,6 +825,8 @@ static int arfs_attach(const char *name)
 	p->orig_ops = dev->netdev_ops;
 	p->ops = *dev->netdev_ops;
 	p->ops.ndo_rx_flow_steer = arfs_rx_flow_steer;
+	/* ntuple-filters off also removes the ethtool ntuple rules */
+	p->ops.ndo_set_features = arfs_nfc_set_features;
 	if (dev->ethtool_ops) {
 		p->orig_eops = dev->ethtool_ops;
 		p->eops = *dev->ethtool_ops;
@@ -826,6 +837,8 @@ static int arfs_attach(const char *name)
 		p->eops.get_rxfh_indir_size = arfs_get_rxfh_indir_size;
 		p->eops.get_rxfh = arfs_get_rxfh;
 		p->eops.set_rxfh = arfs_set_rxfh;
+		p->eops.get_rxnfc = arfs_get_rxnfc;
+		p->eops.set_rxnfc = arfs_set_rxnfc;
 		WRITE_ONCE(dev->ethtool_ops, &p->eops);
 	}
 	list_add_tail(&p->node, &arfs_list);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * arfs_virtio control frames (protocol v2, arfs_proto.h): building and
+ * arfs_virtio control frames (protocol v3, arfs_proto.h): building and
  * transmitting requests, waiting for their completions, the receive handler
- * for completions and events, HELLO/CAPS, RSS_GET/RSS_SET, and the periodic
- * STATS push.
+ * for completions and events, HELLO/CAPS, RSS_GET/RSS_SET, the plain
+ * configuration requests (RULE_SET/RULE_DEL, built by arfs_nfc.c), and the
+ * periodic STATS push.
  */
 
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -423,7 +424,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 	struct arfs_cmd *cmd, *found = NULL;
 
 	arfs_diag_inc(p, ARFS_DIAG_RX_COMPLETIONS);
-	if (op < ARFS_OP_HELLO || op > ARFS_OP_RSS_SET || op == ARFS_OP_STATS) {
+	if (op < ARFS_OP_HELLO || op > ARFS_OP_RULE_DEL || op == ARFS_OP_STATS) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_OP);
 		return;
 	}
@@ -625,14 +626,16 @@ void arfs_hello(struct arfs_priv *p)
 	if (!cmd)
 		return;
 	rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL, ARFS_HELLO_BODY_LEN, false);
-	if (rc == -EPROTO && p->proto_version > ARFS_PROTO_VERSION_MIN) {
-		/* a version 1 device: speak version 1, without the RSS ops */
-		arfs_info(p->dev, "device speaks control protocol v%u only: no RSS ops\n",
-			  ARFS_PROTO_VERSION_MIN);
-		WRITE_ONCE(p->proto_version, ARFS_PROTO_VERSION_MIN);
+	/* an older device answers EPROTO: step down until it accepts */
+	while (rc == -EPROTO && p->proto_version > ARFS_PROTO_VERSION_MIN) {
+		WRITE_ONCE(p->proto_version, p->proto_version - 1);
 		rc = arfs_cmd_exec(p, cmd, ARFS_OP_HELLO, NULL,
 				   ARFS_HELLO_BODY_LEN, false);
 	}
+	if (p->proto_version < ARFS_PROTO_VERSION)
+		arfs_info(p->dev, "device speaks control protocol v%u: no ntuple rules%s\n",
+			  p->proto_version,
+			  p->proto_version < 2 ? ", no RSS ops" : "");
 	if (rc) {
 		arfs_warn(p->dev, "HELLO got no CAPS answer (%d%s); steering anyway\n", rc,
 			  rc == -ETIMEDOUT ? ": device does not speak the control protocol?" : "");
@@ -760,6 +763,27 @@ int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
 				   i * ARFS_RSS_INDIR_ENTRY_LEN);
 	}
 	rc = arfs_cmd_exec(p, cmd, ARFS_OP_RSS_SET, b, len, false);
+	kfree(cmd);
+	return rc;
+}
+
+/* ---- plain configuration requests ------------------------------------- */
+
+/*
+ * Send a request answered with a plain completion (RULE_SET, RULE_DEL; the
+ * body is built by the caller) and wait for it: 0, the device's errno
+ * negated, or a local error as arfs_cmd_exec().  Sleeps up to
+ * cmd_timeout_ms.  @force: also after arfs_cmd_close() (detach).
+ */
+int arfs_cmd_config(struct arfs_priv *p, u8 op, const u8 *body,
+		    unsigned int body_len, bool force)
+{
+	struct arfs_cmd *cmd = arfs_cmd_alloc(0);
+	int rc;
+
+	if (!cmd)
+		return -ENOMEM;
+	rc = arfs_cmd_exec(p, cmd, op, body, body_len, force);
 	kfree(cmd);
 	return rc;
 }
