@@ -5,7 +5,8 @@ use arfsnic::wire::control::{
     self as wire, AddRequest, Caps, CompletionBody, CompletionMsg, DecodeError, DeviceMsg, EventMsg, Request,
     RssConfig, RssSet,
 };
-use arfsnic::wire::{FlowKey, L4Proto};
+use arfsnic::wire::rule::{self, RuleAction, RuleSpec};
+use arfsnic::wire::{FlowKey, IpVersion, L4Proto};
 use proptest::prelude::*;
 
 const GUEST: [u8; 6] = [0x52, 0x54, 0, 1, 2, 3];
@@ -44,7 +45,40 @@ fn request() -> impl Strategy<Value = Request> {
             prop::collection::vec(any::<u16>(), 0..=wire::RSS_INDIR_MAX)
         )
             .prop_map(|(hfunc, key, indir)| Request::RssSet(RssSet { hfunc, key, indir })),
+        rule_spec().prop_map(Request::RuleSet),
+        any::<u32>().prop_map(|location| Request::RuleDel { location }),
     ]
+}
+
+/// Any rule the codec accepts: a location below the limit, IPv4 addresses and masks in
+/// their first four bytes.
+fn rule_spec() -> impl Strategy<Value = RuleSpec> {
+    (
+        (0..rule::RULE_LOC_MAX, prop::option::of(any::<u16>()), any::<bool>(), any::<bool>()),
+        (any::<[u8; 16]>(), any::<[u8; 16]>(), any::<[u8; 16]>(), any::<[u8; 16]>()),
+        any::<[u16; 4]>(),
+    )
+        .prop_map(|((location, q, v6, tcp), (mut src, mut src_mask, mut dst, mut dst_mask), p)| {
+            if !v6 {
+                for a in [&mut src, &mut src_mask, &mut dst, &mut dst_mask] {
+                    a[4..].fill(0);
+                }
+            }
+            RuleSpec {
+                location,
+                action: q.map_or(RuleAction::Drop, RuleAction::Queue),
+                version: if v6 { IpVersion::V6 } else { IpVersion::V4 },
+                proto: if tcp { L4Proto::Tcp } else { L4Proto::Udp },
+                src,
+                src_mask,
+                dst,
+                dst_mask,
+                sport: p[0],
+                sport_mask: p[1],
+                dport: p[2],
+                dport_mask: p[3],
+            }
+        })
 }
 
 fn completion() -> impl Strategy<Value = CompletionMsg> {

@@ -11,7 +11,8 @@
 //!   configs/mlx5-cx6.toml, its timer thread running), kept across inputs so the engine sees
 //!   long command sequences. Every frame the device sends back must decode as a device frame.
 //!   The sink holds the device's RSS (the profile's), so RSS_GET answers and RSS_SET
-//!   changes it; an RSS configuration it accepts must always be a valid one.
+//!   changes it; an RSS configuration it accepts must always be a valid one. RULE_SET /
+//!   RULE_DEL go to the same filter table as the aRFS commands (seeded in the corpus).
 //!
 //! Property: no panic; the device only ever emits well-formed frames.
 
