@@ -48,7 +48,7 @@ else
 fi
 step "stock Debian 7.3 (trixie-backports) and its trixie chroot for module builds"
 bash guest-tests/kernel/debian-kernel.sh 7.3
-cargo test --locked --release --test e2e --test e2e_arfs --test e2e_ethtool -- --ignored --test-threads=1 --nocapture
+cargo test --locked --release --test e2e --test e2e_arfs --test e2e_ethtool --test e2e_ntuple -- --ignored --test-threads=1 --nocapture
 
 step "Krishna Kumar's rps_flow_cnt table: stock 6.12 vs stock 7.3 (docs/scenarios.md)"
 cargo test --locked --release --test e2e_sweep -- --ignored --test-threads=1 --nocapture
@@ -84,7 +84,7 @@ bash guest-tests/image/build-debian.sh
 cargo test --locked --release --test e2e_debian -- --ignored --test-threads=1 --nocapture
 
 step "the kernel's NIC selftests on the Debian guest: results as recorded in guest-tests/selftests/expected-patched-7.3.txt (docs/selftests.md)"
-bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py
+bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py rss_ctx.py
 
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture
