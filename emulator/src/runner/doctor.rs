@@ -300,7 +300,7 @@ fn disk(root: &Path) -> Check {
             "disk",
             Status::Warn,
             format!(
-                "{free_gib:.1} GiB free under {}: a kernel build needs about 2.5 GiB, the test suite 14",
+                "{free_gib:.1} GiB free under {}: a kernel build needs about 1.6 GiB, the test suite 12",
                 dir.display()
             ),
             None,
