@@ -12,7 +12,8 @@ step() { printf '\n=== %s\n' "$*"; }
 # half-unpacked kernel tree; what is already cached here counts as done.
 need_gib=${ARFSNIC_MIN_FREE_GIB:-12}
 have_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
-cached_kib=$(du -skc .cache target emulator/fuzz/target 2>/dev/null | awk 'END { print $1 }')
+# (du exits 1 for the directories a fresh clone does not have yet: only the total counts)
+cached_kib=$( (du -skc .cache target emulator/fuzz/target 2>/dev/null || true) | awk 'END { print $1 + 0 }')
 short_kib=$((need_gib * 1024 * 1024 - cached_kib - have_kib))
 echo "disk: $((have_kib / 1024 / 1024)) GiB free, $((cached_kib / 1024 / 1024)) GiB already built here, a clean run needs about $need_gib GiB"
 if [ "$short_kib" -gt 0 ]; then
@@ -39,7 +40,7 @@ bash emulator/fuzz/smoke.sh
 # still need about 9 GiB.
 free_gib=$(( $(df -Pk . | awk 'NR == 2 { print $4 }') / 1024 / 1024 ))
 if [ "$free_gib" -lt "${ARFSNIC_PRUNE_BELOW_GIB:-12}" ]; then
-    freed=$(du -skc target/debug emulator/fuzz/target 2>/dev/null | awk 'END { print int($1 / 1024) }')
+    freed=$( (du -skc target/debug emulator/fuzz/target 2>/dev/null || true) | awk 'END { print int($1 / 1024) }')
     rm -rf target/debug emulator/fuzz/target
     echo "disk: $free_gib GiB free; removed the debug and fuzz builds ($freed MiB), not needed past this point"
 fi
