@@ -5,6 +5,7 @@ use arfsnic::wire::control::{
     self as wire, AddRequest, Caps, CompletionBody, CompletionMsg, DecodeError, DeviceMsg, EventMsg, Request,
     RssConfig, RssSet,
 };
+use arfsnic::wire::hash::HashMsg;
 use arfsnic::wire::rule::{self, RuleAction, RuleSpec};
 use arfsnic::wire::{FlowKey, IpVersion, L4Proto};
 use proptest::prelude::*;
@@ -47,6 +48,8 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(hfunc, key, indir)| Request::RssSet(RssSet { hfunc, key, indir })),
         rule_spec().prop_map(Request::RuleSet),
         any::<u32>().prop_map(|location| Request::RuleDel { location }),
+        Just(Request::HashGet),
+        (any::<[u32; 6]>(), any::<u8>()).prop_map(|(fields, xfrm)| Request::HashSet(HashMsg { fields, xfrm })),
     ]
 }
 
@@ -102,14 +105,16 @@ fn completion() -> impl Strategy<Value = CompletionMsg> {
                 key,
                 indir
             })),
+        (any::<[u32; 6]>(), any::<u8>()).prop_map(|(fields, xfrm)| CompletionBody::Hash(HashMsg { fields, xfrm })),
     ];
-    (1u8..11, any::<u32>(), any::<u16>(), any::<[u64; 3]>(), body).prop_map(|(op, seq, status, t, body)| {
+    (1u8..15, any::<u32>(), any::<u16>(), any::<[u64; 3]>(), body).prop_map(|(op, seq, status, t, body)| {
         // The op-specific part belongs to its op.
         let op = match &body {
             CompletionBody::Caps(_) => wire::op::HELLO,
             CompletionBody::Query { .. } => wire::op::QUERY,
             CompletionBody::DevStats(_) => wire::op::DEV_STATS,
             CompletionBody::Rss(_) => wire::op::RSS_GET,
+            CompletionBody::Hash(_) => wire::op::HASH_GET,
             CompletionBody::None => op,
         };
         CompletionMsg { req_op: op, seq, status, enqueue_ns: t[0], start_ns: t[1], finish_ns: t[2], body }

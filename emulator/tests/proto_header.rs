@@ -19,6 +19,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+#[path = "proto_header/hash.rs"]
+mod hash;
 #[path = "proto_header/rules.rs"]
 mod rules;
 
@@ -26,6 +28,7 @@ mod rules;
 const HEADER_PATH: &str = "../guest-tests/module/arfs_proto.h";
 const CONTROL_RS_PATH: &str = "src/wire/control.rs";
 const RULE_RS_PATH: &str = "src/wire/rule.rs";
+const HASH_RS_PATH: &str = "src/wire/hash.rs";
 /// The header's include guard: the one `#define ARFS_*` without a value.
 const INCLUDE_GUARD: &str = "ARFS_PROTO_H";
 /// Untagged Ethernet header: dst[6] src[6] ethertype[2]; the control header follows.
@@ -151,6 +154,7 @@ impl Proto {
 fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
     let z = |n: usize| n as u64;
     let mut v = rules::rust_values();
+    v.extend(hash::rust_values());
     v.extend([
         ("ARFS_ETH_P", "ETHERTYPE", u64::from(wire::ETHERTYPE)),
         ("ARFS_PROTO_VERSION", "VERSION", u64::from(wire::VERSION)),
@@ -244,9 +248,10 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
     v
 }
 
-/// Public constants of `wire/control.rs` with no `arfs_proto.h` counterpart: the module
-/// takes them from the kernel (`eth_broadcast_addr()`, `ETH_ZLEN`).
-const RUST_ONLY: [&str; 2] = ["BROADCAST_MAC", "MIN_FRAME_LEN"];
+/// Public constants of `wire/control.rs` (and `wire/hash.rs`) with no `arfs_proto.h`
+/// counterpart: the module takes them from the kernel (`eth_broadcast_addr()`,
+/// `ETH_ZLEN`); the flow type names and `HashMsg::KEEP` are conveniences of the Rust side.
+const RUST_ONLY: [&str; 4] = ["BROADCAST_MAC", "MIN_FRAME_LEN", "hash::FLOW_TYPES", "hash::KEEP"];
 
 fn check_rust_values(p: &Proto) {
     assert_eq!(wire::ETHERTYPE, CONTROL_ETHERTYPE, "wire::control::ETHERTYPE and wire::parse::CONTROL_ETHERTYPE");
@@ -342,6 +347,7 @@ fn rust_constants() -> Vec<String> {
     // wire/rule.rs: its top-level constants as `rule::NAME`; the body offsets of its
     // `off` module are checked against the encoder's bytes instead.
     out.extend(constants_of(RULE_RS_PATH).into_iter().filter(|n| !n.contains("::")).map(|n| format!("rule::{n}")));
+    out.extend(constants_of(HASH_RS_PATH).into_iter().filter(|n| !n.contains("::")).map(|n| format!("hash::{n}")));
     out
 }
 
@@ -1046,7 +1052,9 @@ fn check_built_device_frames(p: &Proto) {
 
 // ---- tests ----------------------------------------------------------------------------
 
-const CHECKS: [fn(&Proto); 10] = [
+const CHECKS: [fn(&Proto); 12] = [
+    hash::check_hash_layout,
+    hash::check_built_hash,
     rules::check_rule_layout,
     rules::check_built_rules,
     check_rust_values,
@@ -1058,6 +1066,13 @@ const CHECKS: [fn(&Proto); 10] = [
     check_built_requests,
     check_built_device_frames,
 ];
+
+#[test]
+fn hash_layout_matches_the_encoder_and_decoder() {
+    let p = Proto::load();
+    hash::check_hash_layout(&p);
+    hash::check_built_hash(&p);
+}
 
 #[test]
 fn rule_layout_matches_the_encoder_and_decoder() {

@@ -57,6 +57,8 @@
 #define ARFS_OP_RSS_SET			0x0a	/* v2: change the device's RSS */
 #define ARFS_OP_RULE_SET		0x0b	/* v3: insert or replace a user rule */
 #define ARFS_OP_RULE_DEL		0x0c	/* v3: remove a user rule, or all */
+#define ARFS_OP_HASH_GET		0x0d	/* v3: the RSS hash fields */
+#define ARFS_OP_HASH_SET		0x0e	/* v3: change them */
 #define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
 
 #define ARFS_EV_RULE_AGED		0x40
@@ -137,6 +139,30 @@
 #define ARFS_RULE_DEL_BODY_LEN		4
 #define ARFS_RULE_DEL_OFF_LOCATION	0	/* u32, or ARFS_RULE_LOC_ALL */
 #define ARFS_RULE_LOC_ALL		0xffffffff
+
+/*
+ * HASH_SET body and HASH_GET reply (after the timestamps): which header
+ * fields feed the RSS hash per flow type (ethtool rx-flow-hash), as ethtool's
+ * RXH_* bits, and the input transformation (ethtool's RXH_XFRM_* bits).  In
+ * HASH_SET, ARFS_HASH_KEEP in a field or ARFS_HASH_XFRM_KEEP keeps it.
+ */
+#define ARFS_HASH_BODY_LEN		28
+#define ARFS_HASH_OFF_TCP4		0	/* u32 */
+#define ARFS_HASH_OFF_UDP4		4	/* u32 */
+#define ARFS_HASH_OFF_IP4		8	/* u32: other IPv4 packets */
+#define ARFS_HASH_OFF_TCP6		12	/* u32 */
+#define ARFS_HASH_OFF_UDP6		16	/* u32 */
+#define ARFS_HASH_OFF_IP6		20	/* u32: other IPv6 packets */
+#define ARFS_HASH_OFF_XFRM		24	/* u8 */
+#define ARFS_HASH_OFF_PAD		25	/* 3 bytes: 0 */
+#define ARFS_HASH_IP_SRC		0x10	/* RXH_IP_SRC */
+#define ARFS_HASH_IP_DST		0x20	/* RXH_IP_DST */
+#define ARFS_HASH_L4_B_0_1		0x40	/* RXH_L4_B_0_1: source port */
+#define ARFS_HASH_L4_B_2_3		0x80	/* RXH_L4_B_2_3: destination port */
+#define ARFS_HASH_KEEP			0xffffffff
+#define ARFS_HASH_XFRM_NONE		0
+#define ARFS_HASH_XFRM_SYM_XOR		1	/* RXH_XFRM_SYM_XOR */
+#define ARFS_HASH_XFRM_KEEP		0xff	/* RXH_XFRM_NO_CHANGE */
 
 /* STATS: u16 count, u16 pad, then count entries */
 #define ARFS_STATS_HDR_LEN		4

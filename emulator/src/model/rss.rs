@@ -38,6 +38,9 @@ pub enum RssError {
     /// A new table must have the size of the current one.
     #[error("indirection table of {got} entries; the device's has {want}")]
     IndirSizeMismatch { got: usize, want: usize },
+    /// Hash fields the device cannot use (HASH_SET, `ethtool -N … rx-flow-hash`).
+    #[error("hash fields: {0}")]
+    HashFields(&'static str),
 }
 
 /// Table-driven Toeplitz hash for a fixed key.
@@ -171,43 +174,159 @@ impl HashKind {
     }
 }
 
-/// The hash input chosen for a packet under `types`: the 4-tuple when its L4 type is
-/// enabled, else the 2-tuple when its IP type is enabled, else nothing (the packet goes
-/// to the unclassified queue, 0, as in virtio-net).
+/// Which header fields feed the hash per flow type (ethtool's `rx-flow-hash`, as its
+/// `RXH_*` bits: [`HashFields::IP_SRC`] …), and whether source and destination are XORed
+/// before hashing (`sym-xor`: both directions of a flow hash alike). `ip4`/`ip6` are
+/// the IP packets that are not TCP or UDP (and fragments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HashFields {
+    pub tcp4: u32,
+    pub udp4: u32,
+    pub ip4: u32,
+    pub tcp6: u32,
+    pub udp6: u32,
+    pub ip6: u32,
+    pub sym_xor: bool,
+}
+
+impl HashFields {
+    pub const IP_SRC: u32 = 0x10;
+    pub const IP_DST: u32 = 0x20;
+    /// The source port.
+    pub const L4_B_0_1: u32 = 0x40;
+    /// The destination port.
+    pub const L4_B_2_3: u32 = 0x80;
+    const IP: u32 = Self::IP_SRC | Self::IP_DST;
+    const L4: u32 = Self::IP | Self::L4_B_0_1 | Self::L4_B_2_3;
+
+    /// The fields virtio-net's `hash_types` mean: the 4-tuple where a flow type's L4 bit
+    /// is set, else the 2-tuple where its IP bit is, else none.
+    pub fn from_types(t: HashTypes) -> HashFields {
+        let pick = |l4: u32, ip: u32| {
+            if t.has(l4) {
+                Self::L4
+            } else if t.has(ip) {
+                Self::IP
+            } else {
+                0
+            }
+        };
+        let ip = |bit: u32| if t.has(bit) { Self::IP } else { 0 };
+        HashFields {
+            tcp4: pick(HashTypes::TCPV4, HashTypes::IPV4),
+            udp4: pick(HashTypes::UDPV4, HashTypes::IPV4),
+            ip4: ip(HashTypes::IPV4),
+            tcp6: pick(HashTypes::TCPV6, HashTypes::IPV6),
+            udp6: pick(HashTypes::UDPV6, HashTypes::IPV6),
+            ip6: ip(HashTypes::IPV6),
+            sym_xor: false,
+        }
+    }
+
+    /// The field sets in wire order (tcp4, udp4, ip4, tcp6, udp6, ip6).
+    pub fn sets(&self) -> [u32; 6] {
+        [self.tcp4, self.udp4, self.ip4, self.tcp6, self.udp6, self.ip6]
+    }
+
+    pub fn with_sets(self, f: [u32; 6]) -> HashFields {
+        HashFields { tcp4: f[0], udp4: f[1], ip4: f[2], tcp6: f[3], udp6: f[4], ip6: f[5], ..self }
+    }
+
+    /// What the device can hash on: addresses and ports for TCP and UDP, addresses for the
+    /// other IP packets; with `sym_xor`, both or neither of each pair (the kernel's own
+    /// rule for symmetric hashing).
+    pub fn check(&self) -> Result<(), RssError> {
+        let s = self.sets();
+        if s.iter().enumerate().any(|(i, &f)| f & !(if i % 3 == 2 { Self::IP } else { Self::L4 }) != 0) {
+            return Err(RssError::HashFields("a field the device cannot hash on (ip4/ip6 take addresses only)"));
+        }
+        let pair = |f: u32, a: u32, b: u32| (f & a == 0) == (f & b == 0);
+        if self.sym_xor
+            && !s.iter().all(|&f| pair(f, Self::IP_SRC, Self::IP_DST) && pair(f, Self::L4_B_0_1, Self::L4_B_2_3))
+        {
+            return Err(RssError::HashFields("sym-xor needs source and destination of each field pair"));
+        }
+        Ok(())
+    }
+}
+
+/// The hash input chosen for a packet under `types` (virtio-net's meaning, see
+/// [`HashFields::from_types`]): none when the packet's flow type hashes on nothing (it
+/// goes to the unclassified queue, 0, as in virtio-net).
 pub fn hash_input(info: &PacketInfo, types: HashTypes, buf: &mut [u8; MAX_INPUT]) -> Option<(HashKind, usize)> {
+    hash_input_fields(info, &HashFields::from_types(types), buf)
+}
+
+/// The hash input of a packet under `fields`: source address, destination address,
+/// source port, destination port, each where its field is selected, in that order;
+/// with `sym_xor` a selected pair is fed as `src ^ dst` twice.
+#[inline]
+pub fn hash_input_fields(
+    info: &PacketInfo,
+    fields: &HashFields,
+    buf: &mut [u8; MAX_INPUT],
+) -> Option<(HashKind, usize)> {
     let ip = info.ip?;
     let l4 = info.l4;
-    let (addr_len, ip_kind, ip_bit, l4_kind) = match ip {
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    let (alen, set, ip_kind, l4_kind) = match ip {
         Ip::V4 { src, dst } => {
-            buf[..4].copy_from_slice(&src);
-            buf[4..8].copy_from_slice(&dst);
-            let l4k = l4.and_then(|p| match p.proto {
-                L4Proto::Tcp if types.has(HashTypes::TCPV4) => Some(HashKind::Tcpv4),
-                L4Proto::Udp if types.has(HashTypes::UDPV4) => Some(HashKind::Udpv4),
-                _ => None,
-            });
-            (8, HashKind::Ipv4, HashTypes::IPV4, l4k)
+            a[..4].copy_from_slice(&src);
+            b[..4].copy_from_slice(&dst);
+            match l4.map(|p| p.proto) {
+                Some(L4Proto::Tcp) => (4, fields.tcp4, HashKind::Ipv4, HashKind::Tcpv4),
+                Some(L4Proto::Udp) => (4, fields.udp4, HashKind::Ipv4, HashKind::Udpv4),
+                None => (4, fields.ip4, HashKind::Ipv4, HashKind::Ipv4),
+            }
         }
         Ip::V6 { src, dst } => {
-            buf[..16].copy_from_slice(&src);
-            buf[16..32].copy_from_slice(&dst);
-            let l4k = l4.and_then(|p| match p.proto {
-                L4Proto::Tcp if types.has(HashTypes::TCPV6) => Some(HashKind::Tcpv6),
-                L4Proto::Udp if types.has(HashTypes::UDPV6) => Some(HashKind::Udpv6),
-                _ => None,
-            });
-            (32, HashKind::Ipv6, HashTypes::IPV6, l4k)
+            a = src;
+            b = dst;
+            match l4.map(|p| p.proto) {
+                Some(L4Proto::Tcp) => (16, fields.tcp6, HashKind::Ipv6, HashKind::Tcpv6),
+                Some(L4Proto::Udp) => (16, fields.udp6, HashKind::Ipv6, HashKind::Udpv6),
+                None => (16, fields.ip6, HashKind::Ipv6, HashKind::Ipv6),
+            }
         }
     };
-    match (l4_kind, l4) {
-        (Some(kind), Some(p)) => {
-            buf[addr_len..addr_len + 2].copy_from_slice(&p.sport.to_be_bytes());
-            buf[addr_len + 2..addr_len + 4].copy_from_slice(&p.dport.to_be_bytes());
-            Some((kind, addr_len + 4))
-        }
-        _ if types.has(ip_bit) => Some((ip_kind, addr_len)),
-        _ => None,
+    if set == 0 {
+        return None;
     }
+    let xor = fields.sym_xor;
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        buf[n..n + bytes.len()].copy_from_slice(bytes);
+        n += bytes.len();
+    };
+    let (sa, da) = (set & HashFields::IP_SRC != 0, set & HashFields::IP_DST != 0);
+    let mut x = [0u8; 16];
+    if xor && sa && da {
+        for (o, (p, q)) in x.iter_mut().zip(a.iter().zip(&b)) {
+            *o = p ^ q;
+        }
+    }
+    if sa {
+        put(if xor && da { &x[..alen] } else { &a[..alen] });
+    }
+    if da {
+        put(if xor && sa { &x[..alen] } else { &b[..alen] });
+    }
+    let mut kind = ip_kind;
+    if let Some(p) = l4 {
+        let (sp, dp) = (set & HashFields::L4_B_0_1 != 0, set & HashFields::L4_B_2_3 != 0);
+        let both = xor && sp && dp;
+        if sp {
+            put(&(if both { p.sport ^ p.dport } else { p.sport }).to_be_bytes());
+        }
+        if dp {
+            put(&(if both { p.sport ^ p.dport } else { p.dport }).to_be_bytes());
+        }
+        if sp || dp {
+            kind = l4_kind;
+        }
+    }
+    Some((kind, n))
 }
 
 /// The RSS result for one packet.
@@ -224,6 +343,8 @@ pub struct RssDecision {
 pub struct Rss {
     toeplitz: Toeplitz,
     types: HashTypes,
+    /// What `types` means, or what the guest set since (HASH_SET).
+    fields: HashFields,
     indir: Vec<u16>,
     queues: u16,
 }
@@ -232,7 +353,10 @@ pub struct Rss {
 /// (the Toeplitz lookup tables follow from the key).
 impl PartialEq for Rss {
     fn eq(&self, o: &Self) -> bool {
-        self.toeplitz.key == o.toeplitz.key && self.types == o.types && self.indir == o.indir && self.queues == o.queues
+        self.toeplitz.key == o.toeplitz.key
+            && self.fields == o.fields
+            && self.indir == o.indir
+            && self.queues == o.queues
     }
 }
 
@@ -248,7 +372,7 @@ impl Rss {
         }
         let toeplitz = Toeplitz::new(key)?;
         let indir = (0..indir_size).map(|i| (i % usize::from(queues)) as u16).collect();
-        Ok(Rss { toeplitz, types, indir, queues })
+        Ok(Rss { toeplitz, types, fields: HashFields::from_types(types), indir, queues })
     }
 
     /// Replace the indirection table (entries must name existing queues).
@@ -317,6 +441,17 @@ impl Rss {
         self.types
     }
 
+    /// The hash fields per flow type and the input transformation.
+    pub fn hash_fields(&self) -> HashFields {
+        self.fields
+    }
+
+    /// This configuration hashing on `fields` (checked by [`HashFields::check`]).
+    pub fn with_hash_fields(&self, fields: HashFields) -> Result<Rss, RssError> {
+        fields.check()?;
+        Ok(Rss { fields, ..self.clone() })
+    }
+
     pub fn toeplitz(&self) -> &Toeplitz {
         &self.toeplitz
     }
@@ -324,7 +459,7 @@ impl Rss {
     #[inline]
     pub fn decide(&self, info: &PacketInfo) -> RssDecision {
         let mut buf = [0u8; MAX_INPUT];
-        match hash_input(info, self.types, &mut buf) {
+        match hash_input_fields(info, &self.fields, &mut buf) {
             Some((kind, len)) => {
                 let h = self.toeplitz.hash(&buf[..len]);
                 let slot = (h as usize) & (self.indir.len() - 1);
@@ -475,5 +610,32 @@ mod tests {
             r.set_indirection(vec![0, 1, 2, 0]).unwrap_err(),
             RssError::IndirQueue { slot: 2, queue: 2, queues: 2 }
         );
+    }
+
+    #[test]
+    fn hash_fields_pick_the_input_and_sym_xor_is_symmetric() {
+        let rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap();
+        assert_eq!(rss.hash_fields().tcp4, 0xf0);
+        assert_eq!(rss.hash_fields().ip6, 0x30);
+        let fwd = info("tcp 66.9.149.187:2794 161.142.100.80:1766", true);
+        let back = info("tcp 161.142.100.80:1766 66.9.149.187:2794", true);
+        // tcp4 on the source address alone: the hash of those 4 bytes.
+        let src_only = rss.with_hash_fields(HashFields { tcp4: HashFields::IP_SRC, ..rss.hash_fields() }).unwrap();
+        let d = src_only.decide(&fwd);
+        assert_eq!(d.hash, Some((rss.toeplitz().hash(&[66, 9, 149, 187]), HashKind::Ipv4)));
+        // sdfn without sym-xor differs by direction, with it agrees.
+        assert_ne!(rss.decide(&fwd).hash, rss.decide(&back).hash);
+        let sym = rss.with_hash_fields(HashFields { sym_xor: true, ..rss.hash_fields() }).unwrap();
+        assert_eq!(sym.decide(&fwd).hash, sym.decide(&back).hash);
+        assert_eq!(sym.decide(&fwd).hash.map(|h| h.1), Some(HashKind::Tcpv4));
+        // What the device refuses.
+        let f = rss.hash_fields();
+        assert!(rss.with_hash_fields(HashFields { ip4: 0xf0, ..f }).is_err(), "ports for ip4");
+        assert!(rss.with_hash_fields(HashFields { udp6: 0x01, ..f }).is_err(), "an unknown bit");
+        assert!(rss.with_hash_fields(HashFields { tcp4: 0x10, sym_xor: true, ..f }).is_err(), "sym-xor on src only");
+        assert!(rss.with_hash_fields(HashFields { tcp4: 0x70, sym_xor: true, ..f }).is_err(), "one port");
+        // Nothing selected: not hashed, queue 0.
+        let none = rss.with_hash_fields(HashFields { tcp4: 0, ..f }).unwrap();
+        assert_eq!((none.decide(&fwd).hash, none.decide(&fwd).queue), (None, 0));
     }
 }

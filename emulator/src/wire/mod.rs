@@ -8,6 +8,7 @@ pub mod control;
 pub mod echo;
 pub mod ethernet;
 pub mod flow;
+pub mod hash;
 pub mod parse;
 pub mod rule;
 
