@@ -1,4 +1,4 @@
-//! Every shipped profile and scenario loads, and every scenario's profiles resolve.
+//! Every shipped profile, scenario and CI matrix loads, and every scenario's profiles resolve.
 
 use arfsnic::model::profile::Profile;
 use arfsnic::runner::resolve_profile;
@@ -74,4 +74,14 @@ fn every_committed_report_loads() {
     }
     assert_eq!(n, 8, "two demo reports and six of the other scenarios");
     assert_eq!(matrix, 9, "the topology matrix: 5 topologies, hop-within in each, hop-across in the 4 with 2+ LLCs");
+}
+
+#[test]
+fn shipped_matrices_load() {
+    let files = tomls(&root().join("configs/matrices"));
+    assert!(!files.is_empty());
+    for f in files {
+        let m = arfsnic::runner::matrix::Matrix::load(&f, &root()).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(!m.cells().is_empty(), "{}", f.display());
+    }
 }

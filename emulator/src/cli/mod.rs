@@ -29,7 +29,7 @@ pub enum Command {
     Doctor,
     /// Compare a run report with a baseline report; exits non-zero when a metric regressed (docs/ci.md).
     Compare(CompareArgs),
-    /// A CI matrix (kernels x scenarios x profiles, configs/matrix.toml): list its cells
+    /// A CI matrix (kernels x scenarios x profiles, configs/matrices/default.toml): list its cells
     /// or run one shard of them, one report per cell (docs/ci.md, "Matrices").
     Matrix(MatrixArgs),
     /// Work with NIC profiles.
@@ -130,7 +130,7 @@ pub struct CompareArgs {
 #[derive(clap::Args, Debug)]
 pub struct MatrixArgs {
     /// The matrix file.
-    #[arg(long, value_name = "FILE", default_value = "configs/matrix.toml")]
+    #[arg(long, value_name = "FILE", default_value = "configs/matrices/default.toml")]
     pub matrix: PathBuf,
     /// Print the cells (`I/N KERNEL SCENARIO PROFILE`) and exit.
     #[arg(long, conflicts_with = "shard")]

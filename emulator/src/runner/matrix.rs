@@ -1,5 +1,5 @@
 //! Matrices for CI systems (`arfsnic matrix`, docs/ci.md "Matrices"): kernels ×
-//! scenarios × profiles from a TOML file (configs/matrix.toml), listed as numbered
+//! scenarios × profiles from a TOML file (configs/matrices/default.toml), listed as numbered
 //! cells, run one shard at a time (`--shard I/N`: the cells whose number is I modulo N),
 //! each cell's report written as `SCENARIO@KERNEL@PROFILE.json`. A CI system fans the
 //! shards out as jobs; `arfsnic compare --merge` joins their reports
