@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{root, run_scenario};
+use common::{hook_steps as steps, root, run_scenario};
 
 /// The device's default key: the Microsoft verification key of every shipped profile.
 const DEFAULT_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
@@ -53,22 +53,6 @@ fn scenario(kernel: &str) -> String {
         .replace("kernel = \"debian-6.12\"", &format!("kernel = \"{kernel}\""))
         .replace("duration_s = 10", "duration_s = 4")
         .replace("module = true", "module = true\nhook = \"ethtool-hook.sh\"")
-}
-
-/// Step name → (output, rc).
-fn steps(output: &str) -> Vec<(String, String, i32)> {
-    let mut out: Vec<(String, String, i32)> = Vec::new();
-    for line in output.lines() {
-        if let Some(name) = line.strip_prefix("== ") {
-            out.push((name.to_string(), String::new(), -1));
-        } else if let (Some(rc), Some(last)) = (line.strip_prefix("rc="), out.last_mut()) {
-            last.2 = rc.trim().parse().unwrap();
-        } else if let Some(last) = out.last_mut() {
-            last.1 += line;
-            last.1.push('\n');
-        }
-    }
-    out
 }
 
 /// The indirection table, key and hash function `ethtool -x` printed.

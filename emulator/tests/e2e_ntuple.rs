@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{root, run_scenario};
+use common::{hook_steps as steps, root, run_scenario};
 
 /// Each step prints `== <name>`, the command's output and `rc=<status>`. It leaves two
 /// rules for the workload: the partner's flow to guest port 7001 to queue 2 (loc 1),
@@ -53,22 +53,6 @@ fn scenario(kernel: &str) -> String {
         // steer flows whose filter exists (a degraded run, docs/measuring.md); the rules'
         // priority over aRFS filters is a unit test of the model.
         .replace("module = true", "module = true\nrps_sock_flow_entries = 0\nhook = \"ntuple-hook.sh\"")
-}
-
-/// Step name → (output, rc).
-fn steps(output: &str) -> Vec<(String, String, i32)> {
-    let mut out: Vec<(String, String, i32)> = Vec::new();
-    for line in output.lines() {
-        if let Some(name) = line.strip_prefix("== ") {
-            out.push((name.to_string(), String::new(), -1));
-        } else if let (Some(rc), Some(last)) = (line.strip_prefix("rc="), out.last_mut()) {
-            last.2 = rc.trim().parse().unwrap();
-        } else if let Some(last) = out.last_mut() {
-            last.1 += line;
-            last.1.push('\n');
-        }
-    }
-    out
 }
 
 fn check_ntuple(name: &str, kernel: &str) {

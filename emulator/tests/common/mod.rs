@@ -48,3 +48,20 @@ pub fn run_scenario(name: &str, toml: &str, extra_files: &[(&str, String)]) -> R
     }
     Report::load(&out, "report").unwrap()
 }
+
+/// A guest hook's output split into its steps: each step prints `== <name>`, the
+/// command's output and `rc=<status>`. Step name → (output, rc).
+pub fn hook_steps(output: &str) -> Vec<(String, String, i32)> {
+    let mut out: Vec<(String, String, i32)> = Vec::new();
+    for line in output.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            out.push((name.to_string(), String::new(), -1));
+        } else if let (Some(rc), Some(last)) = (line.strip_prefix("rc="), out.last_mut()) {
+            last.2 = rc.trim().parse().unwrap();
+        } else if let Some(last) = out.last_mut() {
+            last.1 += line;
+            last.1.push('\n');
+        }
+    }
+    out
+}
