@@ -9,6 +9,7 @@
  *  arfs_proto.c  control frames: build and transmit, commands and their
  *                completions, events, HELLO/CAPS, the STATS push
  *  arfs_nfc.c    ethtool ntuple rules (get_rxnfc/set_rxnfc, RULE_SET/DEL)
+ *  arfs_hash.c   RSS hash fields and input-xfrm (HASH_GET/HASH_SET)
  *  arfs_proto.h  the wire protocol, shared with the device
  */
 #ifndef ARFS_H
@@ -29,6 +30,14 @@
 
 #ifndef CONFIG_RFS_ACCEL
 #error "arfs_virtio needs a kernel with CONFIG_RFS_ACCEL"
+#endif
+
+/* ethtool's input transformations, in the uAPI since 6.8 */
+#ifndef RXH_XFRM_SYM_XOR
+#define RXH_XFRM_SYM_XOR	BIT(0)
+#endif
+#ifndef RXH_XFRM_NO_CHANGE
+#define RXH_XFRM_NO_CHANGE	0xff
 #endif
 
 #define ARFS_MAX_QUEUES		64
@@ -208,6 +217,9 @@ struct arfs_priv {
 	bool rss_valid;
 	u16 rss_key_size;
 	u16 rss_indir_size;
+	/* the device's hash fields (HASH_GET body, arfs_hash.c), when valid */
+	bool hash_valid;
+	u8 hash_body[ARFS_HASH_BODY_LEN];
 
 	u16 caps_queue_pairs;
 	u16 caps_layout;
@@ -290,8 +302,17 @@ int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
 		 u8 hfunc);
 int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
 	     struct packet_type *pt, struct net_device *orig_dev);
+int arfs_cmd_exec(struct arfs_priv *p, struct arfs_cmd *cmd, u8 op,
+		  const u8 *body, unsigned int body_len, bool force);
 int arfs_cmd_config(struct arfs_priv *p, u8 op, const u8 *body,
 		    unsigned int body_len, bool force);
+
+/* arfs_hash.c */
+int arfs_hash_fields_get(struct arfs_priv *p, u32 flow_type, u64 *data);
+int arfs_hash_fields_set(struct arfs_priv *p, u32 flow_type, u64 data);
+int arfs_hash_xfrm_get(struct arfs_priv *p, u8 *xfrm);
+int arfs_hash_xfrm_set(struct arfs_priv *p, u8 xfrm);
+void arfs_hash_dev_up(struct arfs_priv *p);
 
 /* arfs_nfc.c */
 int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,

@@ -604,18 +604,36 @@ static u32 arfs_get_rxfh_indir_size(struct net_device *dev)
 static int arfs_get_rxfh(struct net_device *dev,
 			 struct ethtool_rxfh_param *rxfh)
 {
-	return arfs_rss_get(arfs_from_ethtool(dev), rxfh->indir, rxfh->key,
-			    &rxfh->hfunc);
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	int rc;
+
+	rc = arfs_rss_get(p, rxfh->indir, rxfh->key, &rxfh->hfunc);
+#ifdef ARFS_HAVE_INPUT_XFRM
+	/* a version 2 device has no input-xfrm: none */
+	if (!rc && arfs_hash_xfrm_get(p, &rxfh->input_xfrm))
+		rxfh->input_xfrm = 0;
+#endif
+	return rc;
 }
 
 static int arfs_set_rxfh(struct net_device *dev,
 			 struct ethtool_rxfh_param *rxfh,
 			 struct netlink_ext_ack *extack)
 {
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	int rc = 0;
+
 	if (rxfh->rss_context)
 		return -EOPNOTSUPP;
-	return arfs_rss_set(arfs_from_ethtool(dev), rxfh->indir, rxfh->key,
-			    rxfh->hfunc);
+#ifdef ARFS_HAVE_INPUT_XFRM
+	/* the core checked the fields suit it (ethtool_check_xfrm_rxfh) */
+	rc = arfs_hash_xfrm_set(p, rxfh->input_xfrm);
+	if (rc)
+		return rc;
+#endif
+	if (rxfh->indir || rxfh->key || rxfh->hfunc != ETH_RSS_HASH_NO_CHANGE)
+		rc = arfs_rss_set(p, rxfh->indir, rxfh->key, rxfh->hfunc);
+	return rc;
 }
 #else
 static int arfs_get_rxfh(struct net_device *dev, u32 *indir, u8 *key,
@@ -628,6 +646,31 @@ static int arfs_set_rxfh(struct net_device *dev, const u32 *indir,
 			 const u8 *key, const u8 hfunc)
 {
 	return arfs_rss_set(arfs_from_ethtool(dev), indir, key, hfunc);
+}
+#endif
+
+#ifdef ARFS_HAVE_RXFH_FIELDS
+/* rx-flow-hash since 6.17 (before: ETHTOOL_GRXFH/SRXFH in get/set_rxnfc) */
+static int arfs_get_rxfh_fields(struct net_device *dev,
+				struct ethtool_rxfh_fields *f)
+{
+	u64 data;
+	int rc;
+
+	rc = arfs_hash_fields_get(arfs_from_ethtool(dev), f->flow_type, &data);
+	if (!rc)
+		f->data = data;
+	return rc;
+}
+
+static int arfs_set_rxfh_fields(struct net_device *dev,
+				const struct ethtool_rxfh_fields *f,
+				struct netlink_ext_ack *extack)
+{
+	if (f->rss_context)
+		return -EOPNOTSUPP;
+	return arfs_hash_fields_set(arfs_from_ethtool(dev), f->flow_type,
+				    f->data);
 }
 #endif
 
@@ -722,8 +765,10 @@ static int arfs_netdev_event(struct notifier_block *nb, unsigned long event,
 		return NOTIFY_DONE;
 	if (event == NETDEV_UP) {
 		list_for_each_entry(p, &arfs_list, node)
-			if (p->dev == dev)
+			if (p->dev == dev) {
+				arfs_hash_dev_up(p);
 				arfs_nfc_dev_up(p);
+			}
 		return NOTIFY_DONE;
 	}
 	if (event != NETDEV_UNREGISTER)
@@ -839,6 +884,13 @@ static int arfs_attach(const char *name)
 		p->eops.set_rxfh = arfs_set_rxfh;
 		p->eops.get_rxnfc = arfs_get_rxnfc;
 		p->eops.set_rxnfc = arfs_set_rxnfc;
+#ifdef ARFS_HAVE_RXFH_FIELDS
+		p->eops.get_rxfh_fields = arfs_get_rxfh_fields;
+		p->eops.set_rxfh_fields = arfs_set_rxfh_fields;
+#endif
+#ifdef ARFS_HAVE_INPUT_XFRM
+		p->eops.supported_input_xfrm = RXH_XFRM_SYM_XOR;
+#endif
 		WRITE_ONCE(dev->ethtool_ops, &p->eops);
 	}
 	list_add_tail(&p->node, &arfs_list);

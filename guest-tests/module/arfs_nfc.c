@@ -353,10 +353,12 @@ int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,
 		info->data = ARFS_RULE_LOC_MAX;
 		return 0;
 	}
+	/* ETHTOOL_GRXFH up to 6.16 (get_rxfh_fields later): the device's */
+	if (info->cmd == ETHTOOL_GRXFH)
+		return arfs_hash_fields_get(p, info->flow_type, &info->data);
 	/*
-	 * ETHTOOL_GRXRINGS and ETHTOOL_GRXFH are virtio_net's (up to 6.x;
-	 * later kernels ask get_rx_ring_count / get_rxfh_fields instead,
-	 * which the ops copy keeps as they are).
+	 * ETHTOOL_GRXRINGS is virtio_net's (up to 6.x; later kernels ask
+	 * get_rx_ring_count instead, which the ops copy keeps as it is).
 	 */
 	if (p->orig_eops->get_rxnfc)
 		return p->orig_eops->get_rxnfc(dev, info, rule_locs);
@@ -378,7 +380,9 @@ int arfs_set_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info)
 	case ETHTOOL_SRXCLSRLDEL:
 		return arfs_nfc_del(p, info->fs.location);
 	}
-	/* ETHTOOL_SRXFH up to 6.x (set_rxfh_fields later) */
+	/* ETHTOOL_SRXFH up to 6.16 (set_rxfh_fields later): the device's */
+	if (info->cmd == ETHTOOL_SRXFH)
+		return arfs_hash_fields_set(p, info->flow_type, info->data);
 	if (p->orig_eops->set_rxnfc)
 		return p->orig_eops->set_rxnfc(dev, info);
 	return -EOPNOTSUPP;

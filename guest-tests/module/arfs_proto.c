@@ -135,8 +135,8 @@ static unsigned int arfs_hist_bucket(u64 ns)
  * -ESHUTDOWN, -ENOMEM, transmit errors).  @force sends even after the command
  * channel was closed for teardown (used for the final FLUSH).
  */
-static int arfs_cmd_exec(struct arfs_priv *p, struct arfs_cmd *cmd, u8 op,
-			 const u8 *body, unsigned int body_len, bool force)
+int arfs_cmd_exec(struct arfs_priv *p, struct arfs_cmd *cmd, u8 op,
+		  const u8 *body, unsigned int body_len, bool force)
 {
 	unsigned long left, timeout;
 	struct sk_buff *skb;
@@ -424,7 +424,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 	struct arfs_cmd *cmd, *found = NULL;
 
 	arfs_diag_inc(p, ARFS_DIAG_RX_COMPLETIONS);
-	if (op < ARFS_OP_HELLO || op > ARFS_OP_RULE_DEL || op == ARFS_OP_STATS) {
+	if (op < ARFS_OP_HELLO || op > ARFS_OP_HASH_SET || op == ARFS_OP_STATS) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_OP);
 		return;
 	}
@@ -436,6 +436,8 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 		need += ARFS_CAPS_LEN;
 	else if (!status && op == ARFS_OP_QUERY)
 		need += ARFS_QUERY_REPLY_LEN;
+	else if (!status && op == ARFS_OP_HASH_GET)
+		need += ARFS_HASH_BODY_LEN;
 	else if (!status && op == ARFS_OP_DEV_STATS && hlen >= ARFS_HDR_LEN +
 		 ARFS_DEV_STATS_OFF_ENTRIES && copied >= ARFS_HDR_LEN +
 		 ARFS_DEV_STATS_OFF_ENTRIES)
