@@ -556,7 +556,9 @@ fn stats_are_stored_with_names_histogram_and_series() {
 }
 
 #[test]
-fn completions_without_rx_buffers_are_counted() {
+fn completions_without_rx_buffers_wait_for_them() {
+    // A full RX ring (the guest under load) must not lose a command's answer: the frames
+    // wait in the backlog and go, in order, once the guest posts buffers again.
     let p = profile(SHARED_1K);
     let r = rig(&p, 2);
     r.cap.no_buffers.store(true, Ordering::Relaxed);
@@ -564,9 +566,34 @@ fn completions_without_rx_buffers_are_counted() {
     r.send(1, 2, &add(1, 1, key(1)));
     r.rt.inject(Fault::Flush);
     let s = r.rt.snapshot();
-    assert_eq!((s.frames.completions_dropped, s.frames.completions_dropped_no_buffer), (2, 2));
-    assert_eq!((s.frames.completions_sent, s.frames.events_dropped), (0, 1));
+    assert_eq!((s.frames.frames_deferred, s.frames.completions_sent, s.frames.completions_dropped), (3, 0, 0));
+    assert_eq!(r.cap.len(), 0);
+    r.cap.no_buffers.store(false, Ordering::Relaxed);
+    r.cap.wait(0, |c| matches!(decode(c), DeviceMsg::Event { .. }));
+    let order: Vec<String> = r
+        .cap
+        .all()
+        .iter()
+        .map(|c| match decode(c) {
+            DeviceMsg::Completion(m) => format!("completion {}", m.seq),
+            DeviceMsg::Event { .. } => "event".into(),
+        })
+        .collect();
+    assert_eq!(order, ["completion 1", "completion 2", "event"]);
+    let s = r.rt.snapshot();
+    assert_eq!((s.frames.completions_sent, s.frames.events_sent, s.frames.completions_dropped), (2, 1, 0));
     assert!(!r.rt.table().contains_id(1), "the ADD completed at once and the flush removed it");
+
+    // A frame that finds no buffer for longer than the module waits (2 s) is dropped and
+    // counted: the backlog does not grow without bound behind a guest that stopped.
+    r.cap.no_buffers.store(true, Ordering::Relaxed);
+    r.send(0, 3, &Request::Hello);
+    std::thread::sleep(Duration::from_millis(2300));
+    let s = r.rt.snapshot();
+    assert_eq!((s.frames.completions_dropped, s.frames.completions_dropped_no_buffer), (1, 1));
+    r.cap.no_buffers.store(false, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(r.cap.len(), 3, "the expired answer was not sent late");
 }
 
 #[test]

@@ -50,11 +50,16 @@ pub struct FrameCounters {
     /// Answers not sent because the request was STATS or had NO_REPLY set.
     pub completions_suppressed: u64,
     pub completions_sent: u64,
-    /// Completions that could not be delivered (no RX buffer, queue not ready).
+    /// Completions that could not be delivered (queue not ready, or no RX buffer for
+    /// longer than the backlog keeps a frame).
     pub completions_dropped: u64,
     pub completions_dropped_no_buffer: u64,
     pub events_sent: u64,
     pub events_dropped: u64,
+    /// Completions and events that found no RX buffer at first and waited in the backlog
+    /// (sent later, in order, or counted as dropped). Reports written before it: 0.
+    #[serde(default)]
+    pub frames_deferred: u64,
 }
 
 /// Everything the report needs from the control plane.
