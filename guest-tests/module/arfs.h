@@ -9,7 +9,8 @@
  *  arfs_proto.c  control frames: build and transmit, commands and their
  *                completions, events, HELLO/CAPS, the STATS push
  *  arfs_nfc.c    ethtool ntuple rules (get_rxnfc/set_rxnfc, RULE_SET/DEL)
- *  arfs_hash.c   RSS hash fields and input-xfrm (HASH_GET/HASH_SET)
+ *  arfs_hash.c   RSS hash fields and input-xfrm (HASH_GET/HASH_SET), the
+ *                get/set_rxfh_fields ops
  *  arfs_proto.h  the wire protocol, shared with the device
  */
 #ifndef ARFS_H
@@ -313,6 +314,12 @@ int arfs_hash_fields_set(struct arfs_priv *p, u32 flow_type, u64 data);
 int arfs_hash_xfrm_get(struct arfs_priv *p, u8 *xfrm);
 int arfs_hash_xfrm_set(struct arfs_priv *p, u8 xfrm);
 void arfs_hash_dev_up(struct arfs_priv *p);
+#ifdef ARFS_HAVE_RXFH_FIELDS
+int arfs_get_rxfh_fields(struct net_device *dev, struct ethtool_rxfh_fields *f);
+int arfs_set_rxfh_fields(struct net_device *dev,
+			 const struct ethtool_rxfh_fields *f,
+			 struct netlink_ext_ack *extack);
+#endif
 
 /* arfs_nfc.c */
 int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,

@@ -180,3 +180,27 @@ void arfs_hash_dev_up(struct arfs_priv *p)
 {
 	p->hash_valid = false;
 }
+
+#ifdef ARFS_HAVE_RXFH_FIELDS
+/* rx-flow-hash since 6.17 (before: ETHTOOL_GRXFH/SRXFH in get/set_rxnfc) */
+int arfs_get_rxfh_fields(struct net_device *dev, struct ethtool_rxfh_fields *f)
+{
+	u64 data;
+	int rc;
+
+	rc = arfs_hash_fields_get(arfs_from_ethtool(dev), f->flow_type, &data);
+	if (!rc)
+		f->data = data;
+	return rc;
+}
+
+int arfs_set_rxfh_fields(struct net_device *dev,
+			 const struct ethtool_rxfh_fields *f,
+			 struct netlink_ext_ack *extack)
+{
+	if (f->rss_context)
+		return -EOPNOTSUPP;
+	return arfs_hash_fields_set(arfs_from_ethtool(dev), f->flow_type,
+				    f->data);
+}
+#endif

@@ -649,31 +649,6 @@ static int arfs_set_rxfh(struct net_device *dev, const u32 *indir,
 }
 #endif
 
-#ifdef ARFS_HAVE_RXFH_FIELDS
-/* rx-flow-hash since 6.17 (before: ETHTOOL_GRXFH/SRXFH in get/set_rxnfc) */
-static int arfs_get_rxfh_fields(struct net_device *dev,
-				struct ethtool_rxfh_fields *f)
-{
-	u64 data;
-	int rc;
-
-	rc = arfs_hash_fields_get(arfs_from_ethtool(dev), f->flow_type, &data);
-	if (!rc)
-		f->data = data;
-	return rc;
-}
-
-static int arfs_set_rxfh_fields(struct net_device *dev,
-				const struct ethtool_rxfh_fields *f,
-				struct netlink_ext_ack *extack)
-{
-	if (f->rss_context)
-		return -EOPNOTSUPP;
-	return arfs_hash_fields_set(arfs_from_ethtool(dev), f->flow_type,
-				    f->data);
-}
-#endif
-
 static void arfs_steering_off_ops(struct arfs_priv *p)
 {
 	struct net_device *dev = p->dev;

@@ -21,6 +21,7 @@
 //! Hostile input: every frame is decoded without panicking; allocation is bounded by the
 //! frame (STATS) or by fixed caps (time series, one entry per u16 counter id).
 
+use super::backlog::{self, Backlog, Outgoing};
 use super::clock::Clock;
 use super::guest::{Guest, GuestRates};
 use super::nic::EmulatedNic;
@@ -35,8 +36,8 @@ use crate::wire::control::{self as wire, Caps, CompletionBody, CompletionMsg, De
 use crate::wire::hash::{HashMsg, HASH_KEEP, HASH_XFRM_KEEP, HASH_XFRM_NONE, HASH_XFRM_SYM_XOR};
 use crate::wire::rule::{RuleAction, RULE_LOC_ALL};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -168,35 +169,11 @@ struct Inner {
     schedule_held: bool,
 }
 
-/// A frame to send once the lock is released.
-struct Outgoing {
-    pair: u16,
-    frame: Vec<u8>,
-    event: bool,
-}
-
-/// Frames waiting for an RX buffer, oldest first, with the clock when each first failed.
-#[derive(Default)]
-struct Backlog {
-    frames: VecDeque<(Outgoing, u64)>,
-}
-
-/// Frames the backlog holds at most; an older one goes (counted as dropped) for a newer.
-const BACKLOG_MAX: usize = 256;
-/// How long a frame may wait for an RX buffer: the module's default command timeout, after
-/// which its waiter has given up.
-const BACKLOG_MAX_AGE_NS: u64 = 2_000_000_000;
-/// How often the timer thread retries the backlog while it is not empty.
-const BACKLOG_RETRY: Duration = Duration::from_millis(1);
-
 struct Shared {
     inner: Mutex<Inner>,
-    /// Completions and events the guest had no RX buffer for: they are sent again, in
-    /// order, before anything newer (a NIC's command channel does not lose an answer
-    /// because its data rings are full). Taken before `inner`, never the other way.
-    backlog: Mutex<Backlog>,
-    /// The backlog is not empty: the timer thread retries it every [`BACKLOG_RETRY`].
-    backlogged: AtomicBool,
+    /// Completions and events the guest had no RX buffer for; the timer thread retries
+    /// them while they wait. Its lock is taken before `inner`, never the other way.
+    backlog: Backlog,
     wake: Condvar,
     clock: Clock,
     sink: Arc<dyn ControlSink>,
@@ -345,8 +322,7 @@ impl ControlRuntime {
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
-            backlog: Mutex::new(Backlog::default()),
-            backlogged: AtomicBool::new(false),
+            backlog: Backlog::default(),
             wake: Condvar::new(),
             clock,
             sink,
@@ -578,11 +554,7 @@ impl ControlRuntime {
     pub fn reset(&self) {
         let sh = &*self.shared;
         // what waited for the old driver's RX buffers is not for the new one
-        {
-            let mut b = crate::sync::lock(&sh.backlog);
-            b.frames.clear();
-            sh.backlogged.store(false, Relaxed);
-        }
+        sh.backlog.clear();
         let mut g = sh.lock();
         let table = g.engine.table().clone();
         table.flush();
@@ -823,48 +795,12 @@ fn op_name(op: u8) -> &'static str {
     }
 }
 
-/// Sends what the backlog holds, then `out`, in order; what finds no RX buffer waits in the
-/// backlog (bounded by [`BACKLOG_MAX`] and [`BACKLOG_MAX_AGE_NS`]) for the next call.
+/// Sends what the backlog holds, then `out`, in order, and counts the frames.
 fn send_all(sh: &Shared, out: Vec<Outgoing>) {
-    if out.is_empty() && !sh.backlogged.load(Relaxed) {
+    if out.is_empty() && !sh.backlog.waiting() {
         return;
     }
-    let now = sh.clock.now_ns();
-    let mut c = FrameCounters::default();
-    let mut b = crate::sync::lock(&sh.backlog);
-    b.frames.extend(out.into_iter().map(|o| (o, u64::MAX)));
-    while let Some((o, first)) = b.frames.front_mut() {
-        match sh.sink.send(o.pair, &o.frame) {
-            Ok(_) if o.event => c.events_sent += 1,
-            Ok(_) => c.completions_sent += 1,
-            Err(RxError::NoBuffers) if *first == u64::MAX || now.saturating_sub(*first) < BACKLOG_MAX_AGE_NS => break,
-            Err(_) if o.event => c.events_dropped += 1,
-            Err(e) => {
-                c.completions_dropped += 1;
-                if e == RxError::NoBuffers {
-                    c.completions_dropped_no_buffer += 1;
-                }
-            }
-        }
-        b.frames.pop_front();
-    }
-    for (_, first) in b.frames.iter_mut().filter(|(_, first)| *first == u64::MAX) {
-        *first = now;
-        c.frames_deferred += 1;
-    }
-    while b.frames.len() > BACKLOG_MAX {
-        if let Some((o, _)) = b.frames.pop_front() {
-            if o.event {
-                c.events_dropped += 1;
-            } else {
-                c.completions_dropped += 1;
-                c.completions_dropped_no_buffer += 1;
-            }
-        }
-    }
-    let waiting = !b.frames.is_empty();
-    sh.backlogged.store(waiting, Relaxed);
-    drop(b);
+    let c = sh.backlog.send(&*sh.sink, sh.clock.now_ns(), out);
     let mut g = sh.lock();
     let f = &mut g.frames;
     f.completions_sent += c.completions_sent;
@@ -873,10 +809,9 @@ fn send_all(sh: &Shared, out: Vec<Outgoing>) {
     f.completions_dropped_no_buffer += c.completions_dropped_no_buffer;
     f.events_dropped += c.events_dropped;
     f.frames_deferred += c.frames_deferred;
-    let ok = f.completions_sent + f.events_sent;
-    sh.sent.store(ok, Relaxed);
-    if waiting {
-        // the timer thread retries while the backlog is not empty
+    sh.sent.store(f.completions_sent + f.events_sent, Relaxed);
+    if sh.backlog.waiting() {
+        // the timer thread retries while frames wait
         sh.wake.notify_one();
     }
 }
@@ -904,7 +839,7 @@ fn timer_loop(sh: &Shared) {
         if g.shutdown {
             return;
         }
-        if sh.backlogged.load(Relaxed) {
+        if sh.backlog.waiting() {
             drop(g);
             send_all(sh, Vec::new());
             g = sh.lock();
@@ -921,7 +856,7 @@ fn timer_loop(sh: &Shared) {
             g = sh.lock();
             continue;
         }
-        let retry = sh.backlogged.load(Relaxed).then_some(BACKLOG_RETRY);
+        let retry = sh.backlog.waiting().then_some(backlog::RETRY);
         let wait = match g.engine.next_deadline() {
             None => retry,
             Some(d) if d <= now => continue,

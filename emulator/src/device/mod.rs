@@ -3,12 +3,14 @@
 //! on the wire ([`GuestPeer`]); [`ControlRuntime`] turns decoded control frames into
 //! engine commands and completions/events back into frames; [`guest`] keeps the driver's
 //! counters from its STATS frames; [`snapshot`] holds the counter structs the report is
-//! made of; [`clock`] is the device clock every timestamp comes from.
+//! made of; [`clock`] is the device clock every timestamp comes from; `backlog` holds control frames
+//! that found no RX buffer until the guest posts one.
 //!
 //! The layers above plug in through [`ports`]: the vhost-user adapter implements
 //! [`GuestRx`] and calls [`DeviceHooks`]; traffic sources implement [`GuestPeer`] and call
 //! [`ToGuest`].
 
+mod backlog;
 pub mod clock;
 pub mod control;
 pub mod guest;
