@@ -106,3 +106,6 @@ cargo test --locked --release --test e2e_shards -- --ignored --test-threads=1 --
 
 step "demo --patch: your own series built (cached by content) and run; a stale patch named, nothing cached"
 cargo test --locked --release --test e2e_demo_patch -- --ignored --test-threads=1 --nocapture
+
+step "git bisect run with arfsnic run --bisect: a toy history on the patched 7.3 tree (docs/ci.md, git bisect)"
+cargo test --locked --release --test e2e_bisect -- --ignored --test-threads=1 --nocapture

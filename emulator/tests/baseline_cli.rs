@@ -211,3 +211,59 @@ fn results_prints_and_updates_a_document() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no <!-- results:other --> ... <!-- /results:other --> markers"), "{o:?}");
 }
+
+/// `run --bisect` stops the bisect (128) when the fault is not the commit's: usage
+/// errors (which clap would report with 2, "bad" to `git bisect run`), a metric name
+/// that does not exist, a tree that is no kernel tree. No VM is started.
+#[test]
+fn bisect_stops_on_errors_that_are_not_the_commits() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let scenario = root.join("configs/scenarios/llc-bisect.toml");
+    let scenario = scenario.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = write(dir.path(), "base.json", &report("llc-bisect", vec![run("sysctl=1", 0.5)]));
+    let base = base.to_str().unwrap();
+    let not_a_tree = dir.path().to_str().unwrap();
+
+    let o = arfsnic(&["run", "--bisect", "--scenario", scenario, "--kdir", not_a_tree]);
+    assert_eq!(o.status.code(), Some(128), "{o:?}");
+    assert!(stderr(&o).contains("--baseline"), "{}", stderr(&o));
+
+    let o = arfsnic(&[
+        "run",
+        "--bisect",
+        "--scenario",
+        scenario,
+        "--kdir",
+        not_a_tree,
+        "--baseline",
+        base,
+        "--bisect-on",
+        "guest.nosuch",
+    ]);
+    assert_eq!(o.status.code(), Some(128), "{o:?}");
+    assert!(stderr(&o).contains("unknown metric \"guest.nosuch\"; valid: guest.steer_calls_per_s"), "{}", stderr(&o));
+
+    let o = arfsnic(&["run", "--bisect", "--scenario", scenario, "--kdir", not_a_tree, "--baseline", base]);
+    assert_eq!(o.status.code(), Some(128), "{o:?}");
+    let e = stderr(&o);
+    assert!(e.contains("not a kernel source tree") && e.contains("bisect: stop the bisect (exit 128)"), "{e}");
+
+    let other = write(dir.path(), "other.json", &report("llc-within", vec![run("sysctl=1", 0.5)]));
+    let o = arfsnic(&[
+        "run",
+        "--bisect",
+        "--scenario",
+        scenario,
+        "--kdir",
+        not_a_tree,
+        "--baseline",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(128), "{o:?}");
+    assert!(stderr(&o).contains("is for scenario \"llc-within\""), "{}", stderr(&o));
+
+    // Without --bisect a usage error stays clap's 2.
+    let o = arfsnic(&["run", "--scenario", scenario, "--bisect-on", "guest.adds_per_s"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}

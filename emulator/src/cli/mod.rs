@@ -4,6 +4,7 @@ pub mod classify;
 pub mod serve;
 pub mod signals;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,6 +98,20 @@ pub struct RunArgs {
     /// http://ADDR/metrics during the run, e.g. 127.0.0.1:9464.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// For `git bisect run`: build the kernel tree --kdir first (incrementally; a tree
+    /// without .config gets the pipeline's), boot it, compare with --baseline and exit 0
+    /// (good), 1 (a --bisect-on metric regressed) or 125 (skip: the tree does not build,
+    /// the module does not build, the guest does not boot or the run is not healthy);
+    /// 128 stops the bisect (bad arguments, scenario or baseline; a doctor check fails).
+    #[arg(long, requires_all = ["baseline", "kdir"], conflicts_with = "kernel")]
+    pub bisect: bool,
+    /// With --bisect: the metrics that decide good or bad, comma-separated (names as in
+    /// `arfsnic compare`'s table, docs/ci.md).
+    #[arg(long, value_name = "METRIC,...", requires = "bisect", value_delimiter = ',', default_value = "guest.steer_calls_per_s", value_parser = crate::report::baseline::parse_metric_name)]
+    pub bisect_on: Vec<String>,
+    /// With --bisect: parallel make jobs for the kernel build (default: the number of CPUs).
+    #[arg(long, value_name = "N", requires = "bisect")]
+    pub jobs: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -231,8 +246,55 @@ pub enum ProfileCommand {
     },
 }
 
+/// `git bisect run`'s exit codes, as `run --bisect` uses them (docs/ci.md, "git bisect").
+pub mod bisect_exit {
+    /// The commit is good: no --bisect-on metric regressed against the baseline.
+    pub const GOOD: u8 = 0;
+    /// The commit is bad: a --bisect-on metric regressed.
+    pub const BAD: u8 = 1;
+    /// The commit cannot be judged: it does not build or boot, or its run is not healthy.
+    pub const SKIP: u8 = 125;
+    /// Stop the bisect: the command, its files or the machine are wrong, not the commit.
+    pub const ABORT: u8 = 128;
+}
+
+/// `run --bisect`: this commit cannot be judged (exit 125).
+#[derive(Debug)]
+pub struct BisectSkip(pub String);
+
+impl std::fmt::Display for BisectSkip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BisectSkip {}
+
+/// A metric regressed against the baseline (`run --baseline`, `compare`).
+#[derive(Debug)]
+pub struct Regressed(pub String);
+
+impl std::fmt::Display for Regressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Regressed {}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let bisect_arg = std::env::args().any(|a| a == "--bisect");
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // A mistyped `git bisect run arfsnic run --bisect …` must stop the bisect, not
+        // mark every commit bad (clap's usage errors exit 2).
+        Err(e) if bisect_arg && e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(bisect_exit::ABORT);
+        }
+        Err(e) => e.exit(),
+    };
+    let bisect = matches!(&cli.command, Command::Run(a) if a.bisect);
     // The demo prints a table; the backend's connection messages would only interleave.
     let level = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
@@ -256,10 +318,26 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => serve::run(&a, &interrupt),
     };
     match r {
+        Ok(()) if bisect => {
+            eprintln!("arfsnic: bisect: good (exit {})", bisect_exit::GOOD);
+            ExitCode::from(bisect_exit::GOOD)
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.downcast_ref::<crate::runner::Interrupted>().is_some() => {
             eprintln!("arfsnic: {e}; the report holds the runs that finished (complete = false)");
             ExitCode::from(interrupt.exit_code())
+        }
+        Err(e) if bisect => {
+            let (what, code) = if e.downcast_ref::<Regressed>().is_some() {
+                ("bad", bisect_exit::BAD)
+            } else if e.downcast_ref::<BisectSkip>().is_some() || e.downcast_ref::<Unhealthy>().is_some() {
+                ("skip", bisect_exit::SKIP)
+            } else {
+                ("stop the bisect", bisect_exit::ABORT)
+            };
+            eprintln!("arfsnic: {e:#}");
+            eprintln!("arfsnic: bisect: {what} (exit {code})");
+            ExitCode::from(code)
         }
         Err(e) if e.downcast_ref::<Unhealthy>().is_some() => {
             eprintln!("arfsnic: {e}");
@@ -294,10 +372,17 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
             anyhow::bail!("{} is for scenario {:?}, {} is {:?}", b.source, b.scenario, a.scenario.display(), name);
         }
     }
+    // The module is built with `make -C guest-tests/module KDIR=…`: a relative tree
+    // would be taken relative to that directory.
+    let kdir = a
+        .kdir
+        .as_deref()
+        .map(|d| std::fs::canonicalize(d).with_context(|| format!("--kdir {}: no such directory", d.display())))
+        .transpose()?;
     let opts = crate::runner::RunOptions {
         accel: a.accel.clone(),
         kernel: a.kernel.clone(),
-        kdir: a.kdir.clone(),
+        kdir: kdir.clone(),
         logdir: a.logdir.clone(),
         guest: a.guest.clone(),
         funccount: a.funccount.clone(),
@@ -308,16 +393,30 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
     };
     // A scenario that does not load is the file's fault; past that, a failing run may be
     // the machine's: say which of doctor's checks fail.
-    crate::runner::scenario::Scenario::load(&a.scenario)?;
-    let report = crate::runner::run_scenario(&a.scenario, &opts).inspect_err(|_| {
-        let Ok(root) = crate::runner::env::repo_root() else { return };
-        let fails: Vec<String> = crate::runner::doctor::checks(&root)
-            .into_iter()
-            .filter(|c| c.status == crate::runner::doctor::Status::Fail)
-            .map(|c| c.to_string())
-            .collect();
+    let scenario = crate::runner::scenario::Scenario::load(&a.scenario)?;
+    let mut opts = opts;
+    if let (true, Some(tree)) = (a.bisect, &kdir) {
+        opts.kernel = Some(bisect_build(a, tree, &scenario.name)?);
+    }
+    let report = crate::runner::run_scenario(&a.scenario, &opts).map_err(|e| {
+        let fails: Vec<String> = crate::runner::env::repo_root()
+            .map(|root| {
+                crate::runner::doctor::checks(&root)
+                    .into_iter()
+                    .filter(|c| c.status == crate::runner::doctor::Status::Fail)
+                    .map(|c| c.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
         if !fails.is_empty() {
             eprintln!("arfsnic doctor: this machine fails {} check(s):\n{}", fails.len(), fails.join("\n"));
+        }
+        // The commit's kernel or module did not make it to a result; unless the machine
+        // is the cause, `git bisect` skips the commit.
+        if a.bisect && fails.is_empty() && !interrupt.requested() {
+            BisectSkip(format!("the run did not finish: {e:#}")).into()
+        } else {
+            e
         }
     })?;
     let text = report.to_json_pretty();
@@ -336,21 +435,59 @@ fn run(a: &RunArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> 
         return Err(crate::runner::Interrupted(sig.clone()).into());
     }
     let mut cases = crate::report::cases::health_cases(&report);
+    let unhealthy = crate::report::table::unhealthy(&report);
+    if a.bisect {
+        if let Some(m) = &unhealthy {
+            // Numbers of a run that is not ok judge nothing: neither good nor bad.
+            crate::report::cases::write(a.ktap.as_deref(), a.junit.as_deref(), &suite_name(&report), &cases)?;
+            return Err(BisectSkip(format!("not every run is ok, so this commit cannot be judged:\n{m}")).into());
+        }
+    }
     let mut regressed = Ok(());
     if let Some(b) = &baseline {
         let source = a.json.as_ref().map_or_else(|| "report".to_string(), |p| format!("report {}", p.display()));
         let current = crate::report::baseline::Report::from_report(&report, &source).map_err(anyhow::Error::msg)?;
         let max = a.max_regress.unwrap_or(crate::report::baseline::DEFAULT_MAX_REGRESS_PCT);
-        let o = crate::report::baseline::compare(b, &current, max)?;
+        let mut o = crate::report::baseline::compare(b, &current, max)?;
+        if a.bisect {
+            o.retain_metrics(&a.bisect_on);
+        }
         cases.extend(crate::report::cases::comparison_cases(&o));
         regressed = baseline_verdict(b, &o);
     }
-    let suite = format!("arfsnic {} on {}", report.scenario, report.kernel);
-    crate::report::cases::write(a.ktap.as_deref(), a.junit.as_deref(), &suite, &cases)?;
+    crate::report::cases::write(a.ktap.as_deref(), a.junit.as_deref(), &suite_name(&report), &cases)?;
     regressed?;
-    match crate::report::table::unhealthy(&report) {
+    match unhealthy {
         Some(m) => Err(Unhealthy(m).into()),
         None => Ok(()),
+    }
+}
+
+fn suite_name(report: &crate::report::Report) -> String {
+    format!("arfsnic {} on {}", report.scenario, report.kernel)
+}
+
+/// `run --bisect`: build the checked-out tree (--kdir); the bzImage to boot. A tree that
+/// does not build is [`BisectSkip`]; no kernel tree or no build tools stop the bisect.
+fn bisect_build(a: &RunArgs, tree: &std::path::Path, scenario: &str) -> anyhow::Result<String> {
+    use crate::runner::bisect::{build_tree, BuildError};
+    let root = crate::runner::env::repo_root()?;
+    let logdir = a.logdir.clone().unwrap_or_else(|| crate::runner::env::cache_dir(&root).join("runs").join(scenario));
+    let log = logdir.join("kernel-build.log");
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    eprintln!("arfsnic: bisect: building {} (make -j{jobs}; log {})", tree.display(), log.display());
+    match build_tree(tree, &root.join("guest-tests/kernel"), jobs, &log) {
+        Ok(b) => {
+            eprintln!(
+                "arfsnic: bisect: built {} {} in {:.0} s",
+                b.kernelversion,
+                b.commit.as_deref().unwrap_or("(not a git tree)"),
+                b.seconds
+            );
+            Ok(b.bzimage.display().to_string())
+        }
+        Err(BuildError::Failed(m)) => Err(BisectSkip(format!("this commit does not build: {m}")).into()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -442,7 +579,7 @@ fn compare(a: &CompareArgs) -> anyhow::Result<()> {
 fn baseline_verdict(b: &crate::report::baseline::Report, o: &crate::report::baseline::Outcome) -> anyhow::Result<()> {
     print!("{}", crate::report::baseline::render_table(o));
     match o.regression_message() {
-        Some(m) => anyhow::bail!("against {}: {m}", b.source),
+        Some(m) => Err(Regressed(format!("against {}: {m}", b.source)).into()),
         None => Ok(()),
     }
 }

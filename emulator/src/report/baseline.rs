@@ -149,6 +149,12 @@ impl Outcome {
 
     /// The error text when something regressed: one `run LABEL: METRIC BASE -> CUR (+X%)`
     /// line per regressed metric.
+    /// Keep only the comparisons of these metrics (`run --bisect-on`): the others neither
+    /// regress nor show in the table.
+    pub fn retain_metrics(&mut self, names: &[String]) {
+        self.comparisons.retain(|c| names.iter().any(|n| n == c.metric));
+    }
+
     pub fn regression_message(&self) -> Option<String> {
         let lines: Vec<String> = self.regressions().map(|c| format!("  {}", c.line())).collect();
         if lines.is_empty() {
@@ -317,6 +323,17 @@ pub fn compare(baseline: &Report, current: &Report, max_regress_pct: f64) -> any
         }
     }
     Ok(Outcome { scenario: baseline.scenario.clone(), max_regress_pct, comparisons, notes })
+}
+
+/// Parser of a metric name (`--bisect-on`): one of [`METRICS`].
+pub fn parse_metric_name(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if METRICS.iter().any(|m| m.name == t) {
+        Ok(t.to_string())
+    } else {
+        let names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+        Err(format!("unknown metric {t:?}; valid: {}", names.join(", ")))
+    }
 }
 
 /// Parser of `--max-regress` (clap names the flag in its error): a percentage >= 0

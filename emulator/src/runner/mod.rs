@@ -6,6 +6,7 @@
 //! connects to the same socket. Every phase has a timeout; a failure names the phase
 //! and shows the tail of the serial log.
 
+pub mod bisect;
 pub mod delivery;
 pub mod demo;
 pub mod doctor;
