@@ -19,6 +19,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+#[path = "proto_header/ctx.rs"]
+mod ctx;
 #[path = "proto_header/hash.rs"]
 mod hash;
 #[path = "proto_header/rules.rs"]
@@ -155,6 +157,7 @@ fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
     let z = |n: usize| n as u64;
     let mut v = rules::rust_values();
     v.extend(hash::rust_values());
+    v.extend(ctx::rust_values());
     v.extend([
         ("ARFS_ETH_P", "ETHERTYPE", u64::from(wire::ETHERTYPE)),
         ("ARFS_PROTO_VERSION", "VERSION", u64::from(wire::VERSION)),
@@ -1052,7 +1055,9 @@ fn check_built_device_frames(p: &Proto) {
 
 // ---- tests ----------------------------------------------------------------------------
 
-const CHECKS: [fn(&Proto); 12] = [
+const CHECKS: [fn(&Proto); 14] = [
+    ctx::check_ctx_layout,
+    ctx::check_built_ctx,
     hash::check_hash_layout,
     hash::check_built_hash,
     rules::check_rule_layout,
@@ -1066,6 +1071,13 @@ const CHECKS: [fn(&Proto); 12] = [
     check_built_requests,
     check_built_device_frames,
 ];
+
+#[test]
+fn ctx_layout_matches_the_encoder_and_decoder() {
+    let p = Proto::load();
+    ctx::check_ctx_layout(&p);
+    ctx::check_built_ctx(&p);
+}
 
 #[test]
 fn hash_layout_matches_the_encoder_and_decoder() {

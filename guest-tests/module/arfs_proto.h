@@ -18,7 +18,7 @@
 /* ---- framing ----------------------------------------------------------- */
 
 #define ARFS_ETH_P			0x88B5	/* ETH_P_802_EX1 */
-#define ARFS_PROTO_VERSION		3
+#define ARFS_PROTO_VERSION		4
 #define ARFS_PROTO_VERSION_MIN		1	/* v1 peers: no RSS ops */
 
 /* source MAC of every device frame: 02:a5:f1:c0:00:01 */
@@ -59,6 +59,8 @@
 #define ARFS_OP_RULE_DEL		0x0c	/* v3: remove a user rule, or all */
 #define ARFS_OP_HASH_GET		0x0d	/* v3: the RSS hash fields */
 #define ARFS_OP_HASH_SET		0x0e	/* v3: change them */
+#define ARFS_OP_CTX_SET			0x0f	/* v4: create or change an RSS context */
+#define ARFS_OP_CTX_DEL			0x10	/* v4: remove an RSS context */
 #define ARFS_OP_COMPLETION		0x80	/* completion op = this | request op */
 
 #define ARFS_EV_RULE_AGED		0x40
@@ -110,6 +112,11 @@
 #define ARFS_RSS_INDIR_ENTRY_LEN	2	/* u16 queue index */
 #define ARFS_RSS_HFUNC_NO_CHANGE	0	/* ETH_RSS_HASH_NO_CHANGE */
 #define ARFS_RSS_HFUNC_TOEPLITZ		1	/* ETH_RSS_HASH_TOP */
+
+/* CTX_SET: the context's ID, then an RSS_SET body for that context */
+#define ARFS_CTX_SET_HDR_LEN		4
+#define ARFS_CTX_OFF_ID			0	/* u32: 1 .. the device's limit - 1 */
+#define ARFS_CTX_DEL_BODY_LEN		4	/* u32 context ID */
 
 /*
  * RULE_SET: an ethtool ntuple rule (ethtool -N flow-type ...), a masked match

@@ -29,6 +29,7 @@ use super::ports::{ControlPlane, RxError};
 use super::snapshot::{ControlSnapshot, FilterSummary, FrameCounters, RuleView};
 use crate::model::engine::{Command, Completion, Engine, Event, Fault, Op, Output};
 use crate::model::filter::{Action, FilterTable, Layout};
+use crate::model::nic::ContextError;
 use crate::model::profile::Profile;
 use crate::model::rss::HashFields;
 use crate::model::rss::{Rss, RssError};
@@ -59,6 +60,14 @@ pub trait ControlSink: Send + Sync + 'static {
     /// Install a new RSS configuration (RSS_SET, already checked); packets from now on
     /// are classified with it.
     fn set_rss(&self, _rss: Rss) {}
+    /// Create or change an additional RSS context (CTX_SET).
+    fn set_context(&self, _id: u32, _key: Option<&[u8]>, _indir: Option<&[u16]>) -> Result<(), ContextError> {
+        Err(ContextError { errno: libc::EOPNOTSUPP, kind: "ctx_unsupported" })
+    }
+    /// Remove an RSS context (CTX_DEL).
+    fn delete_context(&self, _id: u32) -> Result<(), ContextError> {
+        Err(ContextError { errno: libc::EOPNOTSUPP, kind: "ctx_unsupported" })
+    }
 }
 
 /// Data-path counters a DEV_STATS completion carries besides the control plane's own.
@@ -83,6 +92,15 @@ impl ControlSink for Weak<EmulatedNic> {
         if let Some(n) = self.upgrade() {
             n.nic.configure_rss(rss);
         }
+    }
+    fn set_context(&self, id: u32, key: Option<&[u8]>, indir: Option<&[u16]>) -> Result<(), ContextError> {
+        self.upgrade()
+            .ok_or(ContextError { errno: libc::ENODEV, kind: "ctx_unsupported" })?
+            .nic
+            .set_context(id, key, indir)
+    }
+    fn delete_context(&self, id: u32) -> Result<(), ContextError> {
+        self.upgrade().ok_or(ContextError { errno: libc::ENODEV, kind: "ctx_unsupported" })?.nic.delete_context(id)
     }
 }
 
@@ -145,7 +163,9 @@ fn command_of(req: &Request) -> Option<Command> {
         | Request::RuleSet(_)
         | Request::RuleDel { .. }
         | Request::HashGet
-        | Request::HashSet(_) => return None,
+        | Request::HashSet(_)
+        | Request::CtxSet { .. }
+        | Request::CtxDel { .. } => return None,
     })
 }
 
@@ -454,6 +474,16 @@ impl ControlRuntime {
                 Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
                 Err((errno, kind)) => Self::refuse(g, pair, src, &header, errno, kind, out),
             },
+            Request::CtxSet { context, set } => match ctx_set(sh.sink.as_ref(), context, &set) {
+                Ok(()) if quiet => g.frames.completions_suppressed += 1,
+                Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
+                Err((errno, kind)) => Self::refuse(g, pair, src, &header, errno, kind, out),
+            },
+            Request::CtxDel { context } => match sh.sink.delete_context(context) {
+                Ok(()) if quiet => g.frames.completions_suppressed += 1,
+                Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
+                Err(e) => Self::refuse(g, pair, src, &header, e.errno, e.kind, out),
+            },
             Request::RuleSet(_) | Request::RuleDel { .. } => match user_rule(g.engine.table(), sh.queue_pairs, &req) {
                 Ok(()) if quiet => g.frames.completions_suppressed += 1,
                 Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
@@ -712,6 +742,17 @@ fn rss_set(sink: &dyn ControlSink, set: &wire::RssSet) -> Result<(), (i32, &'sta
     Ok(())
 }
 
+/// Check and apply a CTX_SET (docs/control-protocol.md §2.13), all or nothing: RSS_SET's
+/// body for context `id`.
+fn ctx_set(sink: &dyn ControlSink, id: u32, set: &wire::RssSet) -> Result<(), (i32, &'static str)> {
+    if !matches!(set.hfunc, wire::RSS_HFUNC_NO_CHANGE | wire::RSS_HFUNC_TOEPLITZ) {
+        return Err((libc::EOPNOTSUPP, "rss_bad_hfunc"));
+    }
+    let key = (!set.key.is_empty()).then_some(&set.key[..]);
+    let indir = (!set.indir.is_empty()).then_some(&set.indir[..]);
+    sink.set_context(id, key, indir).map_err(|e| (e.errno, e.kind))
+}
+
 /// Check and apply a HASH_SET (docs/control-protocol.md §2.12), all or nothing: the
 /// fields and the transformation it keeps are the device's current ones.
 fn hash_set(sink: &dyn ControlSink, m: &HashMsg) -> Result<(), (i32, &'static str)> {
@@ -791,6 +832,8 @@ fn op_name(op: u8) -> &'static str {
         wire::op::RULE_DEL => "rule_del",
         wire::op::HASH_GET => "hash_get",
         wire::op::HASH_SET => "hash_set",
+        wire::op::CTX_SET => "ctx_set",
+        wire::op::CTX_DEL => "ctx_del",
         _ => Op::ALL.into_iter().find(|&o| wire_op(o) == op).map_or("other", Op::name),
     }
 }

@@ -10,6 +10,8 @@ const GUEST: [u8; 6] = [0x52, 0x54, 0, 1, 2, 3];
 /// A sink holding the device's RSS and capturing what the device sends.
 struct RssSink {
     rss: Mutex<Option<Arc<Rss>>>,
+    /// RSS contexts: a NIC model of 4 queues with contexts 1-3.
+    nic: crate::model::nic::Nic,
     frames: Mutex<Vec<Vec<u8>>>,
     pairs: Mutex<Vec<u16>>,
 }
@@ -26,11 +28,21 @@ impl ControlSink for RssSink {
     fn set_rss(&self, rss: Rss) {
         *self.rss.lock().unwrap() = Some(Arc::new(rss));
     }
+    fn set_context(&self, id: u32, key: Option<&[u8]>, indir: Option<&[u16]>) -> Result<(), ContextError> {
+        self.nic.set_context(id, key, indir)
+    }
+    fn delete_context(&self, id: u32) -> Result<(), ContextError> {
+        self.nic.delete_context(id)
+    }
 }
 
 fn runtime(with_rss: bool) -> (Arc<ControlRuntime>, Arc<RssSink>) {
     let rss = with_rss.then(|| Arc::new(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap()));
-    let sink = Arc::new(RssSink { rss: Mutex::new(rss), frames: Mutex::new(vec![]), pairs: Mutex::new(vec![]) });
+    let nic_profile =
+        Profile::parse("name = \"ctx-test\"\n[rss]\nmax_contexts = 4\n[filter]\nlayout = \"shared\"\ncapacity = 64\n")
+            .unwrap();
+    let nic = crate::model::nic::Nic::new(&nic_profile, 4).unwrap();
+    let sink = Arc::new(RssSink { rss: Mutex::new(rss), nic, frames: Mutex::new(vec![]), pairs: Mutex::new(vec![]) });
     let p = Profile::parse("name = \"rss-test\"\n[filter]\nlayout = \"shared\"\ncapacity = 1024\n").unwrap();
     let table = Arc::new(FilterTable::new(p.filter.layout, p.filter.capacity));
     let rt = ControlRuntime::new(&p, table, 4, Clock::new(), sink.clone()).unwrap();
@@ -241,4 +253,59 @@ fn hash_fields_read_change_keep_and_refuse() {
 fn tags_round_trip() {
     assert_eq!(untag(tag(3, 0xffff_fffe, false)), (3, 0xffff_fffe, false));
     assert_eq!(untag(tag(u16::MAX, 0, true)), (u16::MAX, 0, true));
+}
+
+fn ctx_set(context: u32, key: Vec<u8>, indir: Vec<u16>) -> Request {
+    Request::CtxSet { context, set: RssSet { hfunc: 0, key, indir } }
+}
+
+#[test]
+fn rss_contexts_are_created_changed_and_removed_with_the_errnos_of_a_driver() {
+    let (rt, sink) = runtime(true);
+    let ok = |req: &Request| ask(&rt, &sink, wire::VERSION, req).1.status;
+    // A new context without key or table: the profile's key, the spread table.
+    assert_eq!(ok(&ctx_set(2, vec![], vec![])), 0);
+    let c = sink.nic.contexts();
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].0, c[0].1.toeplitz().key()), (2, &MICROSOFT_KEY[..]));
+    assert_eq!(c[0].1.indirection(), (0..128).map(|i| i % 4).collect::<Vec<u16>>());
+    // Its own key and table; the default context is untouched.
+    let key: Vec<u8> = (1..41).collect();
+    assert_eq!(ok(&ctx_set(2, key.clone(), vec![3; 128])), 0);
+    assert_eq!(ok(&ctx_set(2, vec![], vec![1; 128])), 0);
+    let c = sink.nic.contexts();
+    assert_eq!((c[0].1.toeplitz().key(), c[0].1.indirection()), (&key[..], &[1u16; 128][..]));
+    assert_eq!(get(&rt, &sink).indir, (0..128).map(|i| i % 4).collect::<Vec<u16>>());
+    // Refusals change nothing.
+    let einval = libc::EINVAL as u16;
+    let mut bad_queue = vec![0u16; 128];
+    bad_queue[7] = 4;
+    for (req, errno) in [
+        (ctx_set(0, vec![], vec![]), einval),
+        (ctx_set(4, vec![], vec![]), libc::ENOSPC as u16),
+        (ctx_set(2, vec![9; 39], vec![]), einval),
+        (ctx_set(2, vec![], vec![0; 64]), einval),
+        (ctx_set(2, vec![], bad_queue), einval),
+        (Request::CtxSet { context: 2, set: RssSet { hfunc: 2, key: vec![], indir: vec![] } }, libc::EOPNOTSUPP as u16),
+        (Request::CtxDel { context: 3 }, libc::ENOENT as u16),
+    ] {
+        assert_eq!(ok(&req), errno, "{req}");
+    }
+    assert_eq!(sink.nic.contexts()[0].1.indirection(), &[1u16; 128][..]);
+    // A version 3 peer has no contexts.
+    assert_eq!(ask(&rt, &sink, 3, &ctx_set(1, vec![], vec![])).1.status, libc::EOPNOTSUPP as u16);
+    assert_eq!(ok(&Request::CtxDel { context: 2 }), 0);
+    assert!(sink.nic.contexts().is_empty());
+    let s = rt.snapshot().frames;
+    // 3 accepted, 6 refused; the version 3 one is an unknown op.
+    assert_eq!((s.requests["ctx_set"], s.requests["ctx_del"]), (9, 2));
+    assert_eq!((s.bad_by_kind["ctx_bad_id"], s.bad_by_kind["ctx_no_space"], s.bad_by_kind["ctx_unknown"]), (1, 1, 1));
+}
+
+#[test]
+fn a_device_without_contexts_refuses_them() {
+    let p = Profile::parse("name = \"no-ctx\"\n[filter]\nlayout = \"shared\"\ncapacity = 64\n").unwrap();
+    let nic = crate::model::nic::Nic::new(&p, 4).unwrap();
+    assert_eq!(nic.set_context(1, None, None).unwrap_err().errno, libc::EOPNOTSUPP);
+    assert_eq!(nic.delete_context(1).unwrap_err().errno, libc::EOPNOTSUPP);
 }

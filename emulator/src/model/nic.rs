@@ -101,13 +101,33 @@ pub struct Nic {
     enabled: Box<[std::sync::atomic::AtomicBool]>,
     disabled_queue: DisabledQueue,
     counters: NicCounters,
+    /// Additional RSS contexts by ID (1 ≤ ID < `max_contexts`): key and table of their
+    /// own (`ethtool -X … context N`), hash fields of the default context.
+    contexts: std::sync::Mutex<std::collections::BTreeMap<u32, Rss>>,
+    max_contexts: u32,
+}
+
+/// Why an RSS context request is refused: the errno a driver returns, and the report's
+/// `bad_by_kind` name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextError {
+    pub errno: i32,
+    pub kind: &'static str,
+}
+
+const fn ctx_err(errno: i32, kind: &'static str) -> ContextError {
+    ContextError { errno, kind }
 }
 
 impl Nic {
     pub fn new(profile: &Profile, queues: u16) -> Result<Nic, RssError> {
         let rss = profile.build_rss(queues)?;
         let table = Arc::new(FilterTable::new(profile.filter.layout, profile.filter.capacity));
-        Ok(Nic { disabled_queue: profile.filter.disabled_queue, ..Self::with_parts(rss, table) })
+        Ok(Nic {
+            disabled_queue: profile.filter.disabled_queue,
+            max_contexts: profile.rss.max_contexts,
+            ..Self::with_parts(rss, table)
+        })
     }
 
     pub fn with_parts(rss: Rss, table: Arc<FilterTable>) -> Nic {
@@ -124,6 +144,8 @@ impl Nic {
             enabled,
             disabled_queue: DisabledQueue::default(),
             counters: NicCounters::default(),
+            contexts: Default::default(),
+            max_contexts: 0,
         }
     }
 
@@ -151,6 +173,66 @@ impl Nic {
         rss.spread_over(enabled);
         self.rss_user.store(false, Relaxed);
         self.set_rss(rss);
+        self.contexts_lock().clear();
+    }
+
+    fn contexts_lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u32, Rss>> {
+        // The map stays consistent across a panic elsewhere: every change is one insert
+        // or remove.
+        self.contexts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The exclusive upper bound of RSS context IDs (0: no additional contexts).
+    pub fn max_contexts(&self) -> u32 {
+        self.max_contexts
+    }
+
+    /// Create RSS context `id` or change it (CTX_SET, `ethtool -X … context new|N`). A
+    /// new context starts from the profile's key and the table spread over the enabled
+    /// queues; `key` and `indir` (`None` keeps) replace them under the rules of
+    /// [`Rss::reconfigured`]. All or nothing.
+    pub fn set_context(&self, id: u32, key: Option<&[u8]>, indir: Option<&[u16]>) -> Result<(), ContextError> {
+        if self.max_contexts == 0 {
+            return Err(ctx_err(libc::EOPNOTSUPP, "ctx_unsupported"));
+        }
+        if id == 0 {
+            return Err(ctx_err(libc::EINVAL, "ctx_bad_id"));
+        }
+        if id >= self.max_contexts {
+            // As a NIC whose firmware has no table left.
+            return Err(ctx_err(libc::ENOSPC, "ctx_no_space"));
+        }
+        let mut ctxs = self.contexts_lock();
+        let base = match ctxs.get(&id) {
+            Some(c) => c.clone(),
+            None => {
+                let enabled: Vec<bool> = self.enabled.iter().map(|e| e.load(Relaxed)).collect();
+                let mut c = self.rss_default.with_fields_of(&self.rss.load());
+                c.spread_over(&enabled);
+                c
+            }
+        };
+        let next = base.reconfigured(key, indir).map_err(|e| match e {
+            RssError::KeyLength(_) | RssError::KeyLengthMismatch { .. } => ctx_err(libc::EINVAL, "rss_bad_key_len"),
+            RssError::IndirSize(_) | RssError::IndirSizeMismatch { .. } => ctx_err(libc::EINVAL, "rss_bad_indir_size"),
+            RssError::IndirQueue { .. } | RssError::NoQueues => ctx_err(libc::EINVAL, "rss_bad_queue"),
+            RssError::HashFields(_) => ctx_err(libc::EINVAL, "hash_bad_fields"),
+        })?;
+        ctxs.insert(id, next);
+        Ok(())
+    }
+
+    /// Remove RSS context `id` (CTX_DEL).
+    pub fn delete_context(&self, id: u32) -> Result<(), ContextError> {
+        if self.max_contexts == 0 {
+            return Err(ctx_err(libc::EOPNOTSUPP, "ctx_unsupported"));
+        }
+        self.contexts_lock().remove(&id).map(|_| ()).ok_or(ctx_err(libc::ENOENT, "ctx_unknown"))
+    }
+
+    /// The additional RSS contexts, by ID.
+    pub fn contexts(&self) -> Vec<(u32, Rss)> {
+        self.contexts_lock().iter().map(|(id, c)| (*id, c.clone())).collect()
     }
 
     /// Install the RSS configuration the guest asked for (RSS_SET: `ethtool -X`). A table

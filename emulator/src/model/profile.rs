@@ -56,6 +56,11 @@ pub struct RssSection {
     /// Any of ipv4, tcpv4, udpv4, ipv6, tcpv6, udpv6.
     #[serde(default = "d_types")]
     pub hash_types: Vec<String>,
+    /// Additional RSS contexts (`ethtool -X … context new`): the exclusive upper bound of
+    /// their IDs, as the driver's `rxfh_max_num_contexts` (mlx5 `MLX5E_MAX_NUM_RSS` 16:
+    /// contexts 1-15). 0: the device has only its default context.
+    #[serde(default)]
+    pub max_contexts: u32,
 }
 fn d_key() -> String {
     hex::encode(MICROSOFT_KEY)
@@ -68,7 +73,7 @@ fn d_types() -> Vec<String> {
 }
 impl Default for RssSection {
     fn default() -> Self {
-        RssSection { key: d_key(), indirection_size: d_indir(), hash_types: d_types() }
+        RssSection { key: d_key(), indirection_size: d_indir(), hash_types: d_types(), max_contexts: 0 }
     }
 }
 
@@ -337,6 +342,14 @@ impl Profile {
         if !n.is_power_of_two() || n > 65536 {
             return Err(err("rss.indirection_size", format!("{n} is not a power of two between 1 and 65536")));
         }
+        // Each context holds a key, a table and Toeplitz lookup tables: the bound keeps a
+        // guest that creates every one it may within a few MiB.
+        if self.rss.max_contexts > MAX_RSS_CONTEXTS {
+            return Err(err(
+                "rss.max_contexts",
+                format!("{} is above {MAX_RSS_CONTEXTS} (0: no RSS contexts)", self.rss.max_contexts),
+            ));
+        }
         self.hash_types()?;
         if self.filter.capacity == 0 || self.filter.capacity > (1 << 24) {
             return Err(err("filter.capacity", "must be between 1 and 16777216"));
@@ -413,6 +426,9 @@ impl Profile {
     }
 }
 
+/// Largest `rss.max_contexts` a profile may give (bnxt has 33, mlx5 16).
+pub const MAX_RSS_CONTEXTS: u32 = 64;
+
 /// Largest millisecond value (about 49 days): the engine turns these into nanoseconds and
 /// adds them to its clock, which must not overflow (an `at_ms` near 2^63 panicked in
 /// `Engine::new`; tests/fuzz_regressions.rs).
@@ -481,6 +497,7 @@ mod tests {
         let cases = [
             ("[rss]\nkey = \"00\"\n", "rss.key"),
             ("[rss]\nindirection_size = 100\n", "rss.indirection_size"),
+            ("[rss]\nmax_contexts = 65\n", "rss.max_contexts"),
             ("[rss]\nhash_types = [\"ipv4\", \"sctp\"]\n", "rss.hash_types[1]"),
             ("[engine]\nslots = 0\n", "engine.slots"),
             ("[engine.latency]\ndel = { dist = \"uniform\", min_us = 5, max_us = 1 }\n", "engine.latency.del.max_us"),

@@ -452,6 +452,12 @@ impl Rss {
         Ok(Rss { fields, ..self.clone() })
     }
 
+    /// This configuration hashing on the fields of `other` (an RSS context follows the
+    /// default context's hash fields).
+    pub fn with_fields_of(&self, other: &Rss) -> Rss {
+        Rss { types: other.types, fields: other.fields, ..self.clone() }
+    }
+
     pub fn toeplitz(&self) -> &Toeplitz {
         &self.toeplitz
     }

@@ -240,6 +240,10 @@ pub struct DeviceReport {
     pub flows_misdelivered: u64,
     pub flows_compared_with_guest: u64,
     pub profile: String,
+    /// RSS contexts the device holds at the end of the run (`ethtool -X … context new`;
+    /// a module that unloads removes its own).
+    #[serde(default)]
+    pub rss_contexts: u64,
     pub filter: FilterReport,
     pub control: ControlReport,
 }

@@ -471,6 +471,7 @@ pub(crate) fn run_one(
         flows_compared_with_guest: compared,
         rx_spoofed_dropped: emu.counters.rx_spoofed_dropped.load(std::sync::atomic::Ordering::Relaxed) - spoofed0,
         profile: profile.name.clone(),
+        rss_contexts: emu.nic.contexts().len() as u64,
         filter: FilterReport { summary: snap.filter.clone(), aged_out: snap.engine.aged_out },
         control: ControlReport {
             frames: snap.frames.clone(),

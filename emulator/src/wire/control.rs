@@ -26,8 +26,8 @@ use std::fmt;
 /// The EtherType of control frames.
 pub const ETHERTYPE: u16 = CONTROL_ETHERTYPE;
 /// Protocol version this module speaks (RSS_GET / RSS_SET are new in 2, RULE_SET /
-/// RULE_DEL in 3).
-pub const VERSION: u8 = 3;
+/// RULE_DEL / HASH_GET / HASH_SET in 3, CTX_SET / CTX_DEL in 4).
+pub const VERSION: u8 = 4;
 /// Oldest version still accepted: each version is the next without its new ops.
 pub const MIN_VERSION: u8 = 1;
 /// Source MAC of every device-generated control frame.
@@ -70,6 +70,10 @@ pub mod op {
     pub const HASH_GET: u8 = 0x0d;
     /// Change them (version 3).
     pub const HASH_SET: u8 = 0x0e;
+    /// Create or change an additional RSS context (version 4; answered at once).
+    pub const CTX_SET: u8 = 0x0f;
+    /// Remove an RSS context (version 4).
+    pub const CTX_DEL: u8 = 0x10;
     /// A completion's op is `COMPLETION | request op`.
     pub const COMPLETION: u8 = 0x80;
     /// Unsolicited device events.
@@ -91,6 +95,8 @@ pub const STATS_ENTRY_LEN: usize = 16;
 /// RSS_SET body before the key and the table; RSS_GET reply after the timestamps.
 pub const RSS_SET_HDR_LEN: usize = 8;
 pub const RSS_REPLY_HDR_LEN: usize = 8;
+/// CTX_SET body before the RSS_SET body: the u32 context ID.
+pub const CTX_SET_HDR_LEN: usize = 4;
 /// Longest RSS key the protocol carries (bytes).
 pub const RSS_KEY_MAX: usize = 64;
 /// Largest indirection table the protocol carries (entries, u16 each).
@@ -310,6 +316,16 @@ pub enum Request {
     },
     HashGet,
     HashSet(HashMsg),
+    /// CTX_SET: RSS context `context` (≥ 1) created with, or changed to, `set` (an empty
+    /// key or table: the device's default key, the table spread over the enabled queues
+    /// for a new context; unchanged for an existing one).
+    CtxSet {
+        context: u32,
+        set: RssSet,
+    },
+    CtxDel {
+        context: u32,
+    },
 }
 
 /// RSS_SET: what to change. An empty key or table keeps the current one; `hfunc` 0 keeps
@@ -352,6 +368,8 @@ impl Request {
             Request::RuleDel { .. } => op::RULE_DEL,
             Request::HashGet => op::HASH_GET,
             Request::HashSet(_) => op::HASH_SET,
+            Request::CtxSet { .. } => op::CTX_SET,
+            Request::CtxDel { .. } => op::CTX_DEL,
         }
     }
 
@@ -374,7 +392,7 @@ pub enum DecodeError {
     /// zero (seq is 0 unless all of it was present).
     #[error("truncated control header ({have} of 16 bytes)")]
     TruncatedHeader { header: Header, have: usize },
-    #[error("protocol version {} is not 1, 2 or 3", header.version)]
+    #[error("protocol version {} is not {MIN_VERSION} to {VERSION}", header.version)]
     BadVersion { header: Header },
     #[error("unknown op {:#04x}", header.op)]
     UnknownOp { header: Header },
@@ -572,6 +590,15 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
             expect_min(h, body, RULE_DEL_BODY_LEN, ">= 4")?;
             Request::RuleDel { location: be32(body, 0) }
         }
+        // Version 4: RSS contexts.
+        op::CTX_SET if header.version >= 4 => {
+            expect_min(h, body, CTX_SET_HDR_LEN + RSS_SET_HDR_LEN, ">= 4 + 8 + key_len + 2 * indir_size")?;
+            Request::CtxSet { context: be32(body, 0), set: decode_rss_set(h, &body[CTX_SET_HDR_LEN..])? }
+        }
+        op::CTX_DEL if header.version >= 4 => {
+            expect_min(h, body, ID_BODY_LEN, ">= 4")?;
+            Request::CtxDel { context: be32(body, 0) }
+        }
         op::HASH_GET if header.version >= 3 => Request::HashGet,
         op::HASH_SET if header.version >= 3 => {
             expect_min(h, body, HASH_BODY_LEN, ">= 28")?;
@@ -673,6 +700,11 @@ pub fn request_body(req: &Request) -> Vec<u8> {
     match req {
         Request::Hello | Request::Flush | Request::DevStats | Request::RssGet | Request::HashGet => {}
         Request::HashSet(m) => m.encode(&mut b),
+        Request::CtxSet { context, set } => {
+            b.extend_from_slice(&context.to_be_bytes());
+            b.extend_from_slice(&request_body(&Request::RssSet(set.clone())));
+        }
+        Request::CtxDel { context } => b.extend_from_slice(&context.to_be_bytes()),
         Request::RssSet(r) => {
             // Longer keys / tables than a frame may carry are cut to the limits.
             let key = &r.key[..r.key.len().min(RSS_KEY_MAX)];
@@ -980,6 +1012,14 @@ impl fmt::Display for Request {
             Request::RuleDel { location } => write!(f, "RULE_DEL loc {location}"),
             Request::HashGet => write!(f, "HASH_GET"),
             Request::HashSet(m) => write!(f, "HASH_SET {:x?} xfrm {}", m.fields, m.xfrm),
+            Request::CtxSet { context, set } => write!(
+                f,
+                "CTX_SET ctx={context} hfunc={} key={}B indir={} entries",
+                set.hfunc,
+                set.key.len(),
+                set.indir.len()
+            ),
+            Request::CtxDel { context } => write!(f, "CTX_DEL ctx={context}"),
         }
     }
 }

@@ -19,7 +19,7 @@ fn add_frame_layout_is_the_documented_one() {
     assert_eq!(&f[0..6], &BROADCAST_MAC);
     assert_eq!(&f[6..12], &GUEST);
     assert_eq!(&f[12..14], &[0x88, 0xb5]);
-    assert_eq!(&f[14..30], &[3, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&f[14..30], &[VERSION, 2, 0, 60, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
     let b = &f[30..];
     assert_eq!(&b[0..8], &[1, 2, 3, 4, 0, 3, 4, 6]);
     assert_eq!(&b[8..12], &[10, 0, 0, 1]);
@@ -44,7 +44,7 @@ fn short_requests_are_padded_and_still_decode() {
 #[test]
 fn errors_carry_status_and_seq() {
     let mut f = encode_request(GUEST, 0xdead_beef, &Request::Hello);
-    f[14] = 4;
+    f[14] = VERSION + 1;
     let e = decode_request(&f).unwrap_err();
     assert_eq!((e.errno(), e.header().map(|h| h.seq)), (Some(libc::EPROTO), Some(0xdead_beef)));
     f[14] = 0;
@@ -90,7 +90,7 @@ fn documented_example_frames() {
         rxq: 2,
         key: FlowKey::v4(L4Proto::Udp, [10, 0, 0, 2], 40000, [10, 0, 0, 15], 7000),
     });
-    let want_req = "ffffffffffff525400123456 88b5 0302 003c 00000011 0000 0000 00000000 \
+    let want_req = "ffffffffffff525400123456 88b5 0402 003c 00000011 0000 0000 00000000 \
                     00000007 0002 04 11 0a000002000000000000000000000000 0a00000f000000000000000000000000 9c40 1b58";
     assert_eq!(hex::encode(encode_request(mac, 0x11, &req)), want_req.replace([' ', '\\', '\n'], ""));
     let c = CompletionMsg {
@@ -102,7 +102,7 @@ fn documented_example_frames() {
         finish_ns: 1_050_500,
         body: CompletionBody::None,
     };
-    let want_c = "525400123456 02a5f1c00001 88b5 0382 0028 00000011 0000 0000 00000000 \
+    let want_c = "525400123456 02a5f1c00001 88b5 0482 0028 00000011 0000 0000 00000000 \
                   00000000000f4240 00000000000f4434 0000000000100784 000000000000";
     assert_eq!(hex::encode(encode_completion(mac, &c)), want_c.replace([' ', '\\', '\n'], ""));
 }
@@ -163,7 +163,7 @@ fn rss_set() -> Request {
 fn rss_set_layout_and_round_trip() {
     let f = encode_request(GUEST, 5, &rss_set());
     let b = &f[ETH_HLEN + HDR_LEN..];
-    assert_eq!(&f[14..18], &[3, op::RSS_SET, 0, (16 + 8 + 40 + 16) as u8]);
+    assert_eq!(&f[14..18], &[VERSION, op::RSS_SET, 0, (16 + 8 + 40 + 16) as u8]);
     assert_eq!(&b[..8], &[1, 0, 0, 40, 0, 8, 0, 0]);
     assert_eq!(&b[8..12], &[0, 1, 2, 3]);
     assert_eq!(&b[48..52], &[0, 0, 0, 1]);
