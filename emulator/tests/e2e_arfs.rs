@@ -130,9 +130,16 @@ fn enospc_counts_agree() {
 #[test]
 #[ignore = "needs QEMU 10 and guest kernels: run through guest-tests/run-tests.sh"]
 fn rmmod_under_load_is_clean() {
-    let t = steer_toml("debian-6.12", 8).replace("module = true", "module = true\nrmmod_at_s = 4");
-    let r = run_scenario("rmmod", &t, &[]);
+    // An RSS context is left for the unload: the module removes it from the device and
+    // from the ethtool core (virtio_net, whose ops come back, has no context ops).
+    let hook = "#!/bin/sh\nethtool -X \"$1\" context new equal 2\n";
+    let t =
+        steer_toml("debian-6.12", 8).replace("module = true", "module = true\nrmmod_at_s = 4\nhook = \"ctx-hook.sh\"");
+    let r = run_scenario("rmmod", &t, &[("ctx-hook.sh", hook.to_string())]);
     let run = &r.runs[0];
+    let h = &run.guest.system.other["hook"];
+    assert!(h.to_string().contains("New RSS context is 1"), "hook: {h}");
+    assert_eq!(run.device.rss_contexts, 0, "the module's RSS context is still on the device after rmmod");
     let sys = &run.guest.system;
     assert_eq!(sys.dmesg_warnings, 0, "guest kernel log: {}", sys.dmesg_warnings);
     let rm = sys.rmmod.join("; ");

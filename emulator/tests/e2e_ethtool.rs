@@ -47,6 +47,12 @@ step N-fh-mac ethtool -N "$IF" rx-flow-hash tcp4 m
 step N-fh-sctp ethtool -N "$IF" rx-flow-hash sctp4 sd
 step N-fh-back ethtool -N "$IF" rx-flow-hash tcp4 sdfn
 step n-fh-back ethtool -n "$IF" rx-flow-hash tcp4
+step X-ctx-new ethtool -X "$IF" context new equal 2
+step x-ctx ethtool -x "$IF" context 1
+step X-ctx-equal-3 ethtool -X "$IF" context 1 equal 3
+step x-ctx-equal-3 ethtool -x "$IF" context 1
+step X-ctx-delete ethtool -X "$IF" context 1 delete
+step x-ctx-deleted ethtool -x "$IF" context 1
 step X-equal-1-again ethtool -X "$IF" equal 1
 exit 0
 "#
@@ -155,6 +161,20 @@ fn check_ethtool_rss(name: &str, kernel: &str) {
     // input-xfrm (sym-xor) is the kernel's rss_api.py test_rxfh_fields_set_xfrm, over
     // netlink (guest-tests/selftests/): ethtool 6.14 refuses `-X ... xfrm ...` here
     // with "bad command line argument(s)" before it reaches the driver.
+
+    // RSS contexts (CTX_SET / CTX_DEL, §2.13): created with its own table, changed,
+    // deleted; the default table stays `equal 1` meanwhile.
+    let (text, rc) = step("X-ctx-new");
+    assert!(rc == 0 && text.contains("New RSS context is 1"), "X-ctx-new: {text}");
+    let (text, rc) = step("x-ctx");
+    let (indir, _, _) = parse_x(text);
+    assert!(rc == 0 && indir.len() == 128 && indir.iter().all(|&q| q < 2) && indir.contains(&1), "x-ctx: {text}");
+    assert_eq!(step("X-ctx-equal-3").1, 0, "{}", step("X-ctx-equal-3").0);
+    let (text, _) = step("x-ctx-equal-3");
+    let (indir, _, _) = parse_x(text);
+    assert!(indir.iter().all(|&q| q < 3) && indir.contains(&2), "x-ctx-equal-3: {text}");
+    assert_eq!(step("X-ctx-delete").1, 0, "{}", step("X-ctx-delete").0);
+    assert_ne!(step("x-ctx-deleted").1, 0, "context 1 still there: {}", step("x-ctx-deleted").0);
 
     assert_eq!(step("X-equal-1-again").1, 0);
     // The ethtool core refused the bad entry itself; the device refused the hash

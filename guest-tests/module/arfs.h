@@ -11,6 +11,7 @@
  *  arfs_nfc.c    ethtool ntuple rules (get_rxnfc/set_rxnfc, RULE_SET/DEL)
  *  arfs_hash.c   RSS hash fields and input-xfrm (HASH_GET/HASH_SET), the
  *                get/set_rxfh_fields ops
+ *  arfs_ctx.c    RSS contexts (CTX_SET/CTX_DEL), the rxfh_context ops
  *  arfs_proto.h  the wire protocol, shared with the device
  */
 #ifndef ARFS_H
@@ -299,6 +300,8 @@ u64 arfs_ctr_read(struct arfs_priv *p, int id);
 int arfs_dev_stats_fetch(struct arfs_priv *p);
 void arfs_stats_work(struct work_struct *work);
 int arfs_rss_get(struct arfs_priv *p, u32 *indir, u8 *key, u8 *hfunc);
+int arfs_rss_set_ctx(struct arfs_priv *p, u32 ctx, const u32 *indir,
+		     const u8 *key, u8 hfunc);
 int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
 		 u8 hfunc);
 int arfs_rcv(struct sk_buff *skb, struct net_device *dev,
@@ -319,6 +322,24 @@ int arfs_get_rxfh_fields(struct net_device *dev, struct ethtool_rxfh_fields *f);
 int arfs_set_rxfh_fields(struct net_device *dev,
 			 const struct ethtool_rxfh_fields *f,
 			 struct netlink_ext_ack *extack);
+#endif
+
+/* arfs_ctx.c */
+/* context IDs the core may hand out: 1 .. ARFS_RSS_CTX_MAX - 1 (as mlx5) */
+#define ARFS_RSS_CTX_MAX	16
+void arfs_ctx_detach(struct arfs_priv *p);
+#ifdef ARFS_HAVE_RXFH_CONTEXT
+int arfs_create_rxfh_context(struct net_device *dev,
+			     struct ethtool_rxfh_context *ctx,
+			     const struct ethtool_rxfh_param *rxfh,
+			     struct netlink_ext_ack *extack);
+int arfs_modify_rxfh_context(struct net_device *dev,
+			     struct ethtool_rxfh_context *ctx,
+			     const struct ethtool_rxfh_param *rxfh,
+			     struct netlink_ext_ack *extack);
+int arfs_remove_rxfh_context(struct net_device *dev,
+			     struct ethtool_rxfh_context *ctx, u32 rss_context,
+			     struct netlink_ext_ack *extack);
 #endif
 
 /* arfs_nfc.c */

@@ -655,8 +655,11 @@ static void arfs_steering_off_ops(struct arfs_priv *p)
 
 	WRITE_ONCE(dev->rx_cpu_rmap, NULL);
 	WRITE_ONCE(dev->netdev_ops, p->orig_ops);
-	if (p->orig_eops)
+	if (p->orig_eops) {
+		/* the core must not call the driver's ops for our contexts */
+		arfs_ctx_detach(p);
 		WRITE_ONCE(dev->ethtool_ops, p->orig_eops);
+	}
 	p->steering = false;
 }
 
@@ -865,6 +868,13 @@ static int arfs_attach(const char *name)
 #endif
 #ifdef ARFS_HAVE_INPUT_XFRM
 		p->eops.supported_input_xfrm = RXH_XFRM_SYM_XOR;
+#endif
+#ifdef ARFS_HAVE_RXFH_CONTEXT
+		p->eops.create_rxfh_context = arfs_create_rxfh_context;
+		p->eops.modify_rxfh_context = arfs_modify_rxfh_context;
+		p->eops.remove_rxfh_context = arfs_remove_rxfh_context;
+		p->eops.rxfh_max_num_contexts = ARFS_RSS_CTX_MAX;
+		p->eops.rxfh_per_ctx_key = 1;
 #endif
 		WRITE_ONCE(dev->ethtool_ops, &p->eops);
 	}

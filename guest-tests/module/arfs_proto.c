@@ -424,7 +424,7 @@ static void arfs_rx_completion(struct arfs_priv *p, const u8 *buf,
 	struct arfs_cmd *cmd, *found = NULL;
 
 	arfs_diag_inc(p, ARFS_DIAG_RX_COMPLETIONS);
-	if (op < ARFS_OP_HELLO || op > ARFS_OP_HASH_SET || op == ARFS_OP_STATS) {
+	if (op < ARFS_OP_HELLO || op > ARFS_OP_CTX_DEL || op == ARFS_OP_STATS) {
 		arfs_diag_inc(p, ARFS_DIAG_RX_DROP_OP);
 		return;
 	}
@@ -733,40 +733,56 @@ out:
  * refuses with EOPNOTSUPP.  The device checks every value; its errno is
  * returned, negated.
  */
-int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
-		 u8 hfunc)
+/*
+ * RSS_SET (@ctx 0) or CTX_SET (RSS context @ctx, version 4): the body is the
+ * context's ID, if any, then hfunc, the key and the table; a NULL key or
+ * table keeps the device's.
+ */
+int arfs_rss_set_ctx(struct arfs_priv *p, u32 ctx, const u32 *indir,
+		     const u8 *key, u8 hfunc)
 {
 	unsigned int key_len = key ? p->rss_key_size : 0;
 	unsigned int n = indir ? p->rss_indir_size : 0;
+	unsigned int head = ctx ? ARFS_CTX_SET_HDR_LEN : 0;
 	struct arfs_cmd *cmd;
 	unsigned int i, len;
-	u8 *b;
+	u8 *b, *rss;
 	int rc;
 
-	if (READ_ONCE(p->proto_version) < 2)
+	if (READ_ONCE(p->proto_version) < (ctx ? 4 : 2))
 		return -EOPNOTSUPP;
 	if (!p->rss_valid || key_len > ARFS_RSS_KEY_MAX || n > ARFS_RSS_INDIR_MAX)
 		return -EINVAL;
-	len = ARFS_RSS_SET_HDR_LEN + key_len + n * ARFS_RSS_INDIR_ENTRY_LEN;
+	len = head + ARFS_RSS_SET_HDR_LEN + key_len + n * ARFS_RSS_INDIR_ENTRY_LEN;
 	cmd = arfs_cmd_alloc(len);
 	if (!cmd)
 		return -ENOMEM;
 	b = (u8 *)(cmd + 1);
-	memset(b, 0, ARFS_RSS_SET_HDR_LEN);
-	b[ARFS_RSS_SET_OFF_HFUNC] = hfunc;
-	put_unaligned_be16(key_len, b + ARFS_RSS_SET_OFF_KEY_LEN);
-	put_unaligned_be16(n, b + ARFS_RSS_SET_OFF_INDIR_SIZE);
+	memset(b, 0, head + ARFS_RSS_SET_HDR_LEN);
+	if (ctx)
+		put_unaligned_be32(ctx, b + ARFS_CTX_OFF_ID);
+	rss = b + head;
+	rss[ARFS_RSS_SET_OFF_HFUNC] = hfunc;
+	put_unaligned_be16(key_len, rss + ARFS_RSS_SET_OFF_KEY_LEN);
+	put_unaligned_be16(n, rss + ARFS_RSS_SET_OFF_INDIR_SIZE);
 	if (key_len)
-		memcpy(b + ARFS_RSS_SET_OFF_KEY, key, key_len);
+		memcpy(rss + ARFS_RSS_SET_OFF_KEY, key, key_len);
 	for (i = 0; i < n; i++) {
 		/* the device refuses entries beyond its queues */
 		put_unaligned_be16(min_t(u32, indir[i], U16_MAX),
-				   b + ARFS_RSS_SET_OFF_KEY + key_len +
+				   rss + ARFS_RSS_SET_OFF_KEY + key_len +
 				   i * ARFS_RSS_INDIR_ENTRY_LEN);
 	}
-	rc = arfs_cmd_exec(p, cmd, ARFS_OP_RSS_SET, b, len, false);
+	rc = arfs_cmd_exec(p, cmd, ctx ? ARFS_OP_CTX_SET : ARFS_OP_RSS_SET, b,
+			   len, false);
 	kfree(cmd);
 	return rc;
+}
+
+int arfs_rss_set(struct arfs_priv *p, const u32 *indir, const u8 *key,
+		 u8 hfunc)
+{
+	return arfs_rss_set_ctx(p, 0, indir, key, hfunc);
 }
 
 /* ---- plain configuration requests ------------------------------------- */
