@@ -52,6 +52,11 @@ else
     echo "not root: skipping provisioning; guest-tests/provision.sh must have run" >&2
 fi
 cargo build --locked --release
+step "HTML report in a headless browser (tests/html_report.rs)"
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-headless-shell >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+fi
+cargo test --locked --release --test html_report -- --ignored --nocapture
 if [ "$(id -u)" = 0 ]; then
     step "tap device tests (root)"
     cargo test --locked --test traffic_tap -- --ignored --test-threads=1

@@ -78,6 +78,9 @@ fn demo_builds_and_runs_your_patch_series() {
 
     // The runs are the --sysctl values, on the kernel built from the series.
     let r = Report::load(&out.join("llc-within.json"), "report").unwrap();
+    // The demo's page (report::html): the table has the run rows, the plots are inline.
+    let page = std::fs::read_to_string(out.join("index.html")).expect("demo writes index.html");
+    assert!(page.contains("<svg") && page.contains("llc-within"), "index.html without plots or the scenario");
     let labels: Vec<&str> = r.runs.iter().map(|x| x.label.as_str()).collect();
     assert_eq!(labels, ["arfs_llc_affinity=0", "arfs_llc_affinity=1"]);
     assert!(r.kernel_image.starts_with(&cached), "{}", r.kernel_image.display());

@@ -190,11 +190,15 @@ pub struct ResultsArgs {
     /// With --sweep: also write the Steer-C vs rps_flow_cnt line plot here (SVG).
     #[arg(long, value_name = "FILE", requires = "sweep")]
     pub svg: Option<PathBuf>,
+    /// Also write the reports as one self-contained HTML page to FILE (what `demo` writes
+    /// as index.html): the table, the plots, the per-flow view and the runs' settings.
+    #[arg(long, value_name = "FILE", conflicts_with = "email")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
-    /// Output directory: results.json, results.csv, steer-rate.svg, one report per scenario, logs/.
+    /// Output directory: results.json, results.csv, steer-rate.svg, index.html (table, plots, per-flow view and settings in one page), one report per scenario, logs/.
     #[arg(long, default_value = "demo-out")]
     pub out: PathBuf,
     /// Scenarios to run (names in configs/scenarios/ or files), comma-separated.
@@ -602,6 +606,9 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
     };
     let r = crate::runner::demo::run_demo(&o)?;
     let outputs = crate::report::results::write_outputs(&o.out, &r.reports)?;
+    let html = o.out.join("index.html");
+    let sources: Vec<String> = r.reports.iter().map(|x| format!("{}.json", x.scenario)).collect();
+    crate::report::html::write_page(&html, &r.reports, &sources)?;
     let rows: Vec<_> = r.reports.iter().flat_map(crate::report::results::rows).collect();
     let first = &r.reports[0];
     let duration = first.runs.first().and_then(|x| x.duration_s).map_or_else(|| "-".into(), |d| d.to_string());
@@ -616,7 +623,7 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
         }
     }
     println!();
-    for p in [&outputs.json, &outputs.csv, &outputs.svg] {
+    for p in [&outputs.json, &outputs.csv, &outputs.svg, &html] {
         println!("wrote {}", p.display());
     }
     println!(
@@ -647,6 +654,15 @@ fn doctor() -> anyhow::Result<()> {
 }
 
 fn results(a: &ResultsArgs) -> anyhow::Result<()> {
+    if let Some(file) = &a.html {
+        let mut reports = Vec::new();
+        for p in &a.reports {
+            reports.push(crate::report::Report::load(p, "report")?);
+        }
+        let sources: Vec<String> = a.reports.iter().map(|p| p.display().to_string()).collect();
+        crate::report::html::write_page(file, &reports, &sources)?;
+        eprintln!("wrote {}", file.display());
+    }
     if a.sweep {
         return sweep_results(a);
     }

@@ -1,5 +1,5 @@
 //! The steer-rate bar chart (SVG, plotters): one group of bars per scenario, one bar per
-//! sysctl value, labelled with its rate.
+//! sysctl value, labelled with its rate; and a scenario's steer calls second by second.
 
 use super::results::{by_scenario, Row};
 use anyhow::anyhow;
@@ -15,6 +15,18 @@ const BAR_COLOURS: [RGBColor; 5] = [
     RGBColor(120, 120, 120),
     RGBColor(77, 172, 38),
     RGBColor(153, 112, 171),
+];
+
+/// Colours of the runs of a per-second chart whose runs share their sysctl value.
+const RUN_COLOURS: [RGBColor; 8] = [
+    RGBColor(214, 96, 77),
+    RGBColor(67, 147, 195),
+    RGBColor(77, 172, 38),
+    RGBColor(153, 112, 171),
+    RGBColor(230, 171, 2),
+    RGBColor(27, 158, 119),
+    RGBColor(120, 120, 120),
+    RGBColor(102, 61, 20),
 ];
 
 /// Distinct sysctl values: numeric ones in numeric order, then the rest (`-`).
@@ -128,4 +140,99 @@ pub fn svg_chart(rows: &[Row], title: &str) -> anyhow::Result<String> {
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
+}
+
+/// Steer calls second by second (`guest.per_second`, the `funccount -i 1` view) of one
+/// scenario's runs: one line per run, coloured by its `net.core.arfs_llc_affinity` as in
+/// [`svg_chart`], a dashed line where the rates' window starts (after the warm-up).
+/// `None` when no run of the report has a time series.
+pub fn per_second_chart(report: &super::schema::Report) -> anyhow::Result<Option<String>> {
+    let rows = super::results::rows(report);
+    let sysctls = sysctl_values(&rows);
+    // (run label, sysctl value, (second, steer calls) points) per run with a series.
+    type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+    let series: Vec<Series> = report
+        .runs
+        .iter()
+        .zip(&rows)
+        .filter_map(|(run, row)| {
+            let d = run.driver()?;
+            let pts: Vec<(f64, f64)> = d.per_second.iter().map(|p| (p.t_s as f64, p.steer_calls as f64)).collect();
+            (!pts.is_empty()).then_some((run.label.as_str(), row.sysctl.as_str(), pts))
+        })
+        .collect();
+    if series.is_empty() {
+        return Ok(None);
+    }
+    // By the sysctl as in the bar chart when it tells the runs apart, else one colour per run.
+    let by_sysctl = sysctls.len() > 1;
+    let colour = |i: usize, s: &str| match by_sysctl {
+        true => BAR_COLOURS[sysctls.iter().position(|v| *v == s).unwrap_or(0) % BAR_COLOURS.len()],
+        false => RUN_COLOURS[i % RUN_COLOURS.len()],
+    };
+    let x_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(1.0, f64::max);
+    let y_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(0.0, f64::max);
+    let y_top = if y_max > 0.0 { y_max * 1.35 } else { 1.0 };
+    let warmup = report.runs.iter().find_map(|r| r.driver()?.rates_from_s);
+    let mut svg = String::new();
+    {
+        let err = |e: &dyn std::fmt::Display| anyhow!("drawing the per-second chart: {e}");
+        let root = SVGBackend::with_string(&mut svg, (760, 400)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{}: steer calls per second", report.scenario), ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_top)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .max_light_lines(1)
+            .x_desc("seconds of traffic")
+            .y_desc("ndo_rx_flow_steer calls in the second")
+            .x_labels((x_max as usize + 1).min(13))
+            // Whole seconds only: a short run's axis would repeat rounded half seconds.
+            .x_label_formatter(&|x: &f64| match (x - x.round()).abs() < 1e-6 {
+                true => format!("{x:.0}"),
+                false => String::new(),
+            })
+            .y_label_formatter(&|y: &f64| if y_top < 10.0 { format!("{y:.1}") } else { format!("{y:.0}") })
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|e| err(&e))?;
+        if let Some(w) = warmup.filter(|w| *w > 0.0 && *w < x_max) {
+            let grey = RGBColor(120, 120, 120);
+            // Dashes by hand: one short segment per 2 % of the height.
+            let step = y_top / 50.0;
+            let dashes = (0..25).map(|i| {
+                let y0 = 2.0 * i as f64 * step;
+                PathElement::new(vec![(w, y0), (w, y0 + step)], grey.stroke_width(1))
+            });
+            chart.draw_series(dashes).map_err(|e| err(&e))?;
+            let text = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Top));
+            chart
+                .draw_series(std::iter::once(Text::new(format!(" rates from {w:.1} s"), (w, y_top * 0.98), text)))
+                .map_err(|e| err(&e))?;
+        }
+        for (i, (label, sysctl, pts)) in series.iter().enumerate() {
+            let c = colour(i, sysctl);
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+                .map_err(|e| err(&e))?
+                .label(format!("{label} ({})", legend_label(sysctl)))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(Some(svg))
 }

@@ -132,7 +132,7 @@ fn median(v: &[f64]) -> Option<f64> {
 /// The line under a scenario that has runs with the sysctl at 0 and at 1 (`None` when
 /// it has not). Several runs with the same value give their median and spread; `invalid`
 /// runs are left out (and said so).
-fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
+pub(crate) fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
     let has = |v: &str| rows.iter().any(|r| r.sysctl == v);
     if !has("0") || !has("1") {
         return None;
@@ -167,7 +167,7 @@ fn ratio_line(scenario: &str, rows: &[&Row]) -> Option<String> {
     })
 }
 
-const HEADER: [&str; 18] = [
+pub(crate) const HEADER: [&str; 18] = [
     "scenario",
     "sysctl",
     "Steer-C/s",
@@ -190,7 +190,7 @@ const HEADER: [&str; 18] = [
 
 /// A row's cells; an invalid run keeps its scenario, sysctl and verdict but shows no
 /// numbers (they measured the host, not the kernel: docs/measuring.md, "Run health").
-fn cells(r: &Row) -> Vec<String> {
+pub(crate) fn cells(r: &Row) -> Vec<String> {
     if r.health == "invalid" {
         let mut c = vec![r.scenario.clone(), r.sysctl.clone()];
         c.resize(HEADER.len() - 1, "-".to_string());
