@@ -60,8 +60,9 @@ fn rule_spec() -> impl Strategy<Value = RuleSpec> {
         (0..rule::RULE_LOC_MAX, prop::option::of(any::<u16>()), any::<bool>(), any::<bool>()),
         (any::<[u8; 16]>(), any::<[u8; 16]>(), any::<[u8; 16]>(), any::<[u8; 16]>()),
         any::<[u16; 4]>(),
+        prop::option::of(any::<u16>()),
     )
-        .prop_map(|((location, q, v6, tcp), (mut src, mut src_mask, mut dst, mut dst_mask), p)| {
+        .prop_map(|((location, q, v6, tcp), (mut src, mut src_mask, mut dst, mut dst_mask), p, ctx)| {
             if !v6 {
                 for a in [&mut src, &mut src_mask, &mut dst, &mut dst_mask] {
                     a[4..].fill(0);
@@ -70,6 +71,8 @@ fn rule_spec() -> impl Strategy<Value = RuleSpec> {
             RuleSpec {
                 location,
                 action: q.map_or(RuleAction::Drop, RuleAction::Queue),
+                // A context rule steers (a drop with a context is refused).
+                context: q.and(ctx),
                 version: if v6 { IpVersion::V6 } else { IpVersion::V4 },
                 proto: if tcp { L4Proto::Tcp } else { L4Proto::Udp },
                 src,

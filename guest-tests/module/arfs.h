@@ -153,6 +153,7 @@ struct arfs_rule {
 struct arfs_nfc_rule {
 	struct list_head node;		/* arfs_priv.nfc_rules, by location */
 	struct ethtool_rx_flow_spec fs;
+	u32 rss_context;		/* with FLOW_RSS in fs.flow_type */
 };
 
 struct arfs_cmd {
@@ -328,6 +329,7 @@ int arfs_set_rxfh_fields(struct net_device *dev,
 /* context IDs the core may hand out: 1 .. ARFS_RSS_CTX_MAX - 1 (as mlx5) */
 #define ARFS_RSS_CTX_MAX	16
 void arfs_ctx_detach(struct arfs_priv *p);
+int arfs_ctx_check_rule(struct arfs_priv *p, u32 ctx, u32 offset, u32 nq);
 #ifdef ARFS_HAVE_RXFH_CONTEXT
 int arfs_create_rxfh_context(struct net_device *dev,
 			     struct ethtool_rxfh_context *ctx,
@@ -347,6 +349,7 @@ int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,
 		   u32 *rule_locs);
 int arfs_set_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info);
 int arfs_nfc_set_features(struct net_device *dev, netdev_features_t features);
+int arfs_set_channels(struct net_device *dev, struct ethtool_channels *ch);
 void arfs_nfc_dev_up(struct arfs_priv *p);
 void arfs_nfc_detach(struct arfs_priv *p, bool tell_device);
 

@@ -24,6 +24,29 @@
 
 #ifdef ARFS_HAVE_RXFH_CONTEXT
 
+/*
+ * The device hashes every context on the fields and input-xfrm of context 0
+ * (HASH_SET): a context may not ask for another transformation.
+ */
+static int arfs_ctx_xfrm(struct arfs_priv *p, struct ethtool_rxfh_context *ctx,
+			 const struct ethtool_rxfh_param *rxfh,
+			 struct netlink_ext_ack *extack)
+{
+#ifdef ARFS_HAVE_INPUT_XFRM
+	u8 xfrm = 0;
+
+	if (arfs_hash_xfrm_get(p, &xfrm))
+		xfrm = 0;
+	if (rxfh->input_xfrm != RXH_XFRM_NO_CHANGE && rxfh->input_xfrm != xfrm) {
+		NL_SET_ERR_MSG(extack,
+			       "arfs_virtio: contexts share the input-xfrm of context 0");
+		return -EOPNOTSUPP;
+	}
+	ctx->input_xfrm = xfrm;
+#endif
+	return 0;
+}
+
 /* Fill what @rxfh leaves to the driver: the defaults the device uses too */
 static void arfs_ctx_defaults(struct net_device *dev,
 			      struct ethtool_rxfh_context *ctx,
@@ -46,11 +69,6 @@ static void arfs_ctx_defaults(struct net_device *dev,
 	}
 	if (rxfh->hfunc == ETH_RSS_HASH_NO_CHANGE)
 		ctx->hfunc = ETH_RSS_HASH_TOP;
-#ifdef ARFS_HAVE_INPUT_XFRM
-	/* the device's hash fields and transformation are those of context 0 */
-	if (rxfh->input_xfrm == RXH_XFRM_NO_CHANGE)
-		ctx->input_xfrm = 0;
-#endif
 }
 
 int arfs_create_rxfh_context(struct net_device *dev,
@@ -73,6 +91,9 @@ int arfs_create_rxfh_context(struct net_device *dev,
 	if (!p->rss_valid || ctx->indir_size != p->rss_indir_size ||
 	    ctx->key_size != p->rss_key_size)
 		return -EOPNOTSUPP;
+	rc = arfs_ctx_xfrm(p, ctx, rxfh, extack);
+	if (rc)
+		return rc;
 	arfs_ctx_defaults(dev, ctx, rxfh, &indir, &key);
 	rc = arfs_rss_set_ctx(p, rxfh->rss_context, indir, key, hfunc);
 	if (rc == -ENOSPC)
@@ -86,10 +107,14 @@ int arfs_modify_rxfh_context(struct net_device *dev,
 			     struct netlink_ext_ack *extack)
 {
 	struct arfs_priv *p = arfs_from_ethtool(dev);
+	int rc;
 
 	if (rxfh->hfunc != ETH_RSS_HASH_NO_CHANGE &&
 	    rxfh->hfunc != ETH_RSS_HASH_TOP)
 		return -EOPNOTSUPP;
+	rc = arfs_ctx_xfrm(p, ctx, rxfh, extack);
+	if (rc)
+		return rc;
 	if (!rxfh->indir && !rxfh->key)
 		return 0;
 	return arfs_rss_set_ctx(p, rxfh->rss_context, rxfh->indir, rxfh->key,
@@ -105,6 +130,35 @@ int arfs_remove_rxfh_context(struct net_device *dev,
 
 	put_unaligned_be32(rss_context, body + ARFS_CTX_OFF_ID);
 	return arfs_cmd_config(p, ARFS_OP_CTX_DEL, body, sizeof(body), false);
+}
+
+/*
+ * A rule "context @ctx action @offset" (RTNL): every queue it can reach, an
+ * entry of the context's table plus @offset, must be below @nq, the RX
+ * queues in use, as drivers that add the two check (cap_rss_rxnfc_adds).
+ * Context 0 is the device's own table: only @offset is checked, by the core.
+ */
+int arfs_ctx_check_rule(struct arfs_priv *p, u32 ctx, u32 offset, u32 nq)
+{
+	struct net_device *dev = p->dev;
+	struct ethtool_rxfh_context *c;
+	u32 i, top = 0;
+	int rc = 0;
+
+	if (!ctx)
+		return 0;
+	mutex_lock(&dev->ethtool->rss_lock);
+	c = xa_load(&dev->ethtool->rss_ctx, ctx);
+	if (c) {
+		for (i = 0; i < c->indir_size; i++)
+			top = max(top, ethtool_rxfh_context_indir(c)[i]);
+		if (top + offset >= nq)
+			rc = -EINVAL;
+	} else {
+		rc = -EINVAL;
+	}
+	mutex_unlock(&dev->ethtool->rss_lock);
+	return rc;
 }
 
 /*
@@ -130,6 +184,11 @@ void arfs_ctx_detach(struct arfs_priv *p)
 }
 
 #else
+
+int arfs_ctx_check_rule(struct arfs_priv *p, u32 ctx, u32 offset, u32 nq)
+{
+	return ctx ? -EOPNOTSUPP : 0;
+}
 
 void arfs_ctx_detach(struct arfs_priv *p)
 {

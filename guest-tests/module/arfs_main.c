@@ -862,6 +862,8 @@ static int arfs_attach(const char *name)
 		p->eops.set_rxfh = arfs_set_rxfh;
 		p->eops.get_rxnfc = arfs_get_rxnfc;
 		p->eops.set_rxnfc = arfs_set_rxnfc;
+		if (p->orig_eops->set_channels)
+			p->eops.set_channels = arfs_set_channels;
 #ifdef ARFS_HAVE_RXFH_FIELDS
 		p->eops.get_rxfh_fields = arfs_get_rxfh_fields;
 		p->eops.set_rxfh_fields = arfs_set_rxfh_fields;
@@ -875,6 +877,8 @@ static int arfs_attach(const char *name)
 		p->eops.remove_rxfh_context = arfs_remove_rxfh_context;
 		p->eops.rxfh_max_num_contexts = ARFS_RSS_CTX_MAX;
 		p->eops.rxfh_per_ctx_key = 1;
+		/* context N action Q: the device adds Q to the context's queue */
+		p->eops.cap_rss_rxnfc_adds = 1;
 #endif
 		WRITE_ONCE(dev->ethtool_ops, &p->eops);
 	}

@@ -115,19 +115,66 @@ static int arfs_nfc_pick_loc(struct arfs_priv *p, u32 special)
 	}
 }
 
+/* the rule with the same flow type and match as @fs (action aside), if any */
+static struct arfs_nfc_rule *arfs_nfc_same_match(struct arfs_priv *p,
+						 const struct ethtool_rx_flow_spec *fs)
+{
+	struct arfs_nfc_rule *rule;
+
+	list_for_each_entry(rule, &p->nfc_rules, node) {
+		if ((rule->fs.flow_type & ~FLOW_RSS) == (fs->flow_type & ~FLOW_RSS) &&
+		    !memcmp(&rule->fs.h_u, &fs->h_u, sizeof(fs->h_u)) &&
+		    !memcmp(&rule->fs.m_u, &fs->m_u, sizeof(fs->m_u)))
+			return rule;
+	}
+	return NULL;
+}
+
+/*
+ * ethtool -L (RTNL): a rule "context N action Q" must keep every queue it
+ * can reach; the core checks the other rules and the tables itself.
+ */
+int arfs_set_channels(struct net_device *dev, struct ethtool_channels *ch)
+{
+	struct arfs_priv *p = arfs_from_ethtool(dev);
+	struct arfs_nfc_rule *rule;
+	u32 nq = ch->combined_count + ch->rx_count;
+	int rc;
+
+	list_for_each_entry(rule, &p->nfc_rules, node) {
+		if (!(rule->fs.flow_type & FLOW_RSS))
+			continue;
+		rc = arfs_ctx_check_rule(p, rule->rss_context,
+					 ethtool_get_flow_spec_ring(rule->fs.ring_cookie),
+					 nq);
+		if (rc)
+			return rc;
+	}
+	return p->orig_eops->set_channels(dev, ch);
+}
+
 /*
  * What the device can match: TCP/UDP over IPv4/IPv6 on addresses and ports
  * (ethtool's masks: a set bit takes part in the match), delivered to a queue
- * or dropped.  -EOPNOTSUPP for other flow types and for the VLAN, MAC and RSS
- * extensions; -EINVAL for a TOS/traffic class mask, any other mask bit, a VF
- * or a queue beyond the enabled RX queues.
+ * or dropped, or (context N, FLOW_RSS) to the queue an RSS context picks plus
+ * the rule's queue.  -EOPNOTSUPP for other flow types, the VLAN and MAC
+ * extensions and contexts on a device older than version 4; -EINVAL for a
+ * TOS/traffic class mask, any other mask bit, a VF, a queue beyond the
+ * enabled RX queues or a context rule that drops.
  */
 static int arfs_nfc_check(struct arfs_priv *p,
 			  const struct ethtool_rx_flow_spec *fs)
 {
 	size_t used;
 
-	switch (fs->flow_type) {
+	/* context N: version 4 devices; the queue is an offset, never a drop */
+	if (fs->flow_type & FLOW_RSS) {
+		if (READ_ONCE(p->proto_version) < 4)
+			return -EOPNOTSUPP;
+		if (fs->ring_cookie == RX_CLS_FLOW_DISC)
+			return -EINVAL;
+	}
+	switch (fs->flow_type & ~FLOW_RSS) {
 	case TCP_V4_FLOW:
 	case UDP_V4_FLOW:
 		if (fs->m_u.tcp_ip4_spec.tos)
@@ -141,7 +188,7 @@ static int arfs_nfc_check(struct arfs_priv *p,
 		used = sizeof(fs->m_u.tcp_ip6_spec);
 		break;
 	default:
-		/* also FLOW_EXT, FLOW_MAC_EXT and FLOW_RSS */
+		/* also FLOW_EXT and FLOW_MAC_EXT */
 		return -EOPNOTSUPP;
 	}
 	if (memchr_inv((const u8 *)&fs->m_u + used, 0, sizeof(fs->m_u) - used))
@@ -179,8 +226,10 @@ static void arfs_nfc_put_port(u8 *b, __be16 v, __be16 m)
 }
 
 /* the RULE_SET body of a rule that passed arfs_nfc_check() */
-static void arfs_nfc_encode(const struct ethtool_rx_flow_spec *fs, u8 *b)
+static void arfs_nfc_encode(const struct ethtool_rx_flow_spec *fs, u32 ctx,
+			    u8 *b)
 {
+	u32 flow_type = fs->flow_type & ~FLOW_RSS;
 	const struct ethtool_tcpip4_spec *v4 = &fs->h_u.tcp_ip4_spec;
 	const struct ethtool_tcpip4_spec *m4 = &fs->m_u.tcp_ip4_spec;
 	const struct ethtool_tcpip6_spec *v6 = &fs->h_u.tcp_ip6_spec;
@@ -195,10 +244,14 @@ static void arfs_nfc_encode(const struct ethtool_rx_flow_spec *fs, u8 *b)
 		put_unaligned_be16(ethtool_get_flow_spec_ring(fs->ring_cookie),
 				   b + ARFS_RULE_OFF_RXQ);
 	}
-	b[ARFS_RULE_OFF_L4_PROTO] = fs->flow_type == TCP_V4_FLOW ||
-				    fs->flow_type == TCP_V6_FLOW ?
+	if (fs->flow_type & FLOW_RSS) {
+		b[ARFS_RULE_OFF_FLAGS] = ARFS_RULE_FLAG_RSS;
+		put_unaligned_be16(ctx, b + ARFS_RULE_OFF_CONTEXT);
+	}
+	b[ARFS_RULE_OFF_L4_PROTO] = flow_type == TCP_V4_FLOW ||
+				    flow_type == TCP_V6_FLOW ?
 				    IPPROTO_TCP : IPPROTO_UDP;
-	if (fs->flow_type == TCP_V4_FLOW || fs->flow_type == UDP_V4_FLOW) {
+	if (flow_type == TCP_V4_FLOW || flow_type == UDP_V4_FLOW) {
 		b[ARFS_RULE_OFF_IP_VERSION] = 4;
 		arfs_nfc_put_addr(b + ARFS_RULE_OFF_SRC_ADDR, &v4->ip4src,
 				  &m4->ip4src, 1);
@@ -249,7 +302,7 @@ static int arfs_nfc_send_pending(struct arfs_priv *p)
 static int arfs_nfc_ins(struct arfs_priv *p, struct ethtool_rxnfc *info)
 {
 	struct ethtool_rx_flow_spec *fs = &info->fs;
-	struct arfs_nfc_rule tmp = {}, *rule = NULL, *old;
+	struct arfs_nfc_rule tmp = {}, *rule = NULL, *old, *same;
 	u8 b[ARFS_RULE_SET_BODY_LEN];
 	u32 loc = fs->location;
 	int rc;
@@ -260,7 +313,20 @@ static int arfs_nfc_ins(struct arfs_priv *p, struct ethtool_rxnfc *info)
 	rc = arfs_nfc_check(p, fs);
 	if (rc)
 		return rc;
-	if (loc & RX_CLS_LOC_SPECIAL) {
+	if (fs->flow_type & FLOW_RSS) {
+		if (info->rss_context > U16_MAX)
+			return -EINVAL;
+		rc = arfs_ctx_check_rule(p, info->rss_context,
+					 ethtool_get_flow_spec_ring(fs->ring_cookie),
+					 p->dev->real_num_rx_queues);
+		if (rc)
+			return rc;
+	}
+	same = arfs_nfc_same_match(p, fs);
+	if ((loc & RX_CLS_LOC_SPECIAL) && same) {
+		/* the same match again: it replaces the rule that has it */
+		loc = same->fs.location;
+	} else if (loc & RX_CLS_LOC_SPECIAL) {
 		rc = arfs_nfc_pick_loc(p, loc);
 		if (rc < 0)
 			return rc;
@@ -277,6 +343,7 @@ static int arfs_nfc_ins(struct arfs_priv *p, struct ethtool_rxnfc *info)
 
 	tmp.fs = *fs;
 	tmp.fs.location = loc;
+	tmp.rss_context = fs->flow_type & FLOW_RSS ? info->rss_context : 0;
 	old = arfs_nfc_find(p, loc);
 	if (!old) {
 		/* allocated first: once the device took the rule, keep it */
@@ -284,17 +351,19 @@ static int arfs_nfc_ins(struct arfs_priv *p, struct ethtool_rxnfc *info)
 		if (!rule)
 			return -ENOMEM;
 	}
-	arfs_nfc_encode(&tmp.fs, b);
+	arfs_nfc_encode(&tmp.fs, tmp.rss_context, b);
 	rc = arfs_cmd_config(p, ARFS_OP_RULE_SET, b, sizeof(b), false);
 	if (rc) {
 		/* the device refused it (or did not answer): nothing changes */
 		kfree(rule);
 		return rc;
 	}
-	if (old)
+	if (old) {
 		old->fs = tmp.fs;
-	else
+		old->rss_context = tmp.rss_context;
+	} else {
 		arfs_nfc_insert(p, rule);
+	}
 	/* ethtool prints "Added rule with ID <location>" */
 	fs->location = loc;
 	return 0;
@@ -343,6 +412,8 @@ int arfs_get_rxnfc(struct net_device *dev, struct ethtool_rxnfc *info,
 		if (!rule)
 			return -ENOENT;
 		info->fs = rule->fs;
+		/* with FLOW_RSS in fs.flow_type: the context the rule uses */
+		info->rss_context = rule->rss_context;
 		return 0;
 	case ETHTOOL_GRXCLSRLALL:
 		if (info->rule_cnt < p->nfc_count)

@@ -127,10 +127,10 @@
 #define ARFS_RULE_OFF_LOCATION		0	/* u32 */
 #define ARFS_RULE_OFF_RXQ		4	/* u16: ARFS_RULE_ACTION_QUEUE only */
 #define ARFS_RULE_OFF_ACTION		6	/* u8: ARFS_RULE_ACTION_* */
-#define ARFS_RULE_OFF_PAD		7	/* u8: 0 */
+#define ARFS_RULE_OFF_FLAGS		7	/* u8: ARFS_RULE_FLAG_* (v4; 0 before) */
 #define ARFS_RULE_OFF_IP_VERSION	8	/* u8: 4 or 6 */
 #define ARFS_RULE_OFF_L4_PROTO		9	/* u8: 6 (TCP) or 17 (UDP) */
-#define ARFS_RULE_OFF_PAD2		10	/* u16: 0 */
+#define ARFS_RULE_OFF_CONTEXT		10	/* u16: RSS context (v4; 0 before) */
 #define ARFS_RULE_OFF_SRC_ADDR		12	/* 16 bytes, IPv4 in the first 4 */
 #define ARFS_RULE_OFF_SRC_MASK		28	/* 16 bytes */
 #define ARFS_RULE_OFF_DST_ADDR		44	/* 16 bytes */
@@ -141,6 +141,8 @@
 #define ARFS_RULE_OFF_DST_PORT_MASK	82	/* u16 */
 #define ARFS_RULE_ACTION_QUEUE		0
 #define ARFS_RULE_ACTION_DROP		1	/* ethtool action -1 */
+/* the context's table picks the queue, rxq is added (ethtool ... context N) */
+#define ARFS_RULE_FLAG_RSS		0x01
 #define ARFS_RULE_LOC_MAX		1024
 
 #define ARFS_RULE_DEL_BODY_LEN		4

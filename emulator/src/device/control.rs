@@ -68,6 +68,10 @@ pub trait ControlSink: Send + Sync + 'static {
     fn delete_context(&self, _id: u32) -> Result<(), ContextError> {
         Err(ContextError { errno: libc::EOPNOTSUPP, kind: "ctx_unsupported" })
     }
+    /// Whether RSS context `id` exists (0: the default context).
+    fn has_context(&self, id: u32) -> bool {
+        id == 0
+    }
 }
 
 /// Data-path counters a DEV_STATS completion carries besides the control plane's own.
@@ -101,6 +105,9 @@ impl ControlSink for Weak<EmulatedNic> {
     }
     fn delete_context(&self, id: u32) -> Result<(), ContextError> {
         self.upgrade().ok_or(ContextError { errno: libc::ENODEV, kind: "ctx_unsupported" })?.nic.delete_context(id)
+    }
+    fn has_context(&self, id: u32) -> bool {
+        self.upgrade().is_some_and(|n| n.nic.has_context(id))
     }
 }
 
@@ -484,6 +491,9 @@ impl ControlRuntime {
                 Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),
                 Err(e) => Self::refuse(g, pair, src, &header, e.errno, e.kind, out),
             },
+            Request::RuleSet(spec) if spec.context.is_some_and(|c| !sh.sink.has_context(u32::from(c))) => {
+                Self::refuse(g, pair, src, &header, libc::EINVAL, "rule_bad_context", out)
+            }
             Request::RuleSet(_) | Request::RuleDel { .. } => match user_rule(g.engine.table(), sh.queue_pairs, &req) {
                 Ok(()) if quiet => g.frames.completions_suppressed += 1,
                 Ok(()) => out.push(answered_at_once(pair, src, &header, CompletionBody::None, now)),

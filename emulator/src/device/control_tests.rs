@@ -34,6 +34,9 @@ impl ControlSink for RssSink {
     fn delete_context(&self, id: u32) -> Result<(), ContextError> {
         self.nic.delete_context(id)
     }
+    fn has_context(&self, id: u32) -> bool {
+        self.nic.has_context(id)
+    }
 }
 
 fn runtime(with_rss: bool) -> (Arc<ControlRuntime>, Arc<RssSink>) {

@@ -334,11 +334,23 @@ impl FilterTable {
     /// Datapath: the first user rule (lowest location) matching `key`, counting the hit.
     #[inline]
     pub fn lookup_user(&self, key: &FlowKey) -> Option<(u32, Action)> {
+        self.lookup_user_rule(key).map(|(loc, action, _)| (loc, action))
+    }
+
+    /// As [`FilterTable::lookup_user`], with the rule's RSS context: with `Some(c)`,
+    /// a `Queue(q)` action is an offset to the queue context `c` picks.
+    #[inline]
+    pub fn lookup_user_rule(&self, key: &FlowKey) -> Option<(u32, Action, Option<u16>)> {
         let rules = self.user.load();
         let r = rules.iter().find(|r| r.matches(key))?;
         r.hit();
         self.user_hits.fetch_add(1, Ordering::Relaxed);
-        Some((r.spec.location, ntuple::action(&r.spec)))
+        Some((r.spec.location, ntuple::action(&r.spec), r.spec.context))
+    }
+
+    /// Whether a user rule steers through RSS context `context`.
+    pub fn uses_context(&self, context: u16) -> bool {
+        self.user.load().iter().any(|r| r.spec.context == Some(context))
     }
 
     /// Whether any user rule is installed (one atomic load: the datapath's fast path).

@@ -103,7 +103,9 @@ pub struct Nic {
     counters: NicCounters,
     /// Additional RSS contexts by ID (1 ≤ ID < `max_contexts`): key and table of their
     /// own (`ethtool -X … context N`), hash fields of the default context.
-    contexts: std::sync::Mutex<std::collections::BTreeMap<u32, Rss>>,
+    /// Read by the data path (rules with `context N`); changed under `contexts_write`.
+    contexts: ArcSwap<std::collections::BTreeMap<u32, Arc<Rss>>>,
+    contexts_write: std::sync::Mutex<()>,
     max_contexts: u32,
 }
 
@@ -145,6 +147,7 @@ impl Nic {
             disabled_queue: DisabledQueue::default(),
             counters: NicCounters::default(),
             contexts: Default::default(),
+            contexts_write: Default::default(),
             max_contexts: 0,
         }
     }
@@ -173,13 +176,13 @@ impl Nic {
         rss.spread_over(enabled);
         self.rss_user.store(false, Relaxed);
         self.set_rss(rss);
-        self.contexts_lock().clear();
+        let _w = self.contexts_write();
+        self.contexts.store(Default::default());
     }
 
-    fn contexts_lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u32, Rss>> {
-        // The map stays consistent across a panic elsewhere: every change is one insert
-        // or remove.
-        self.contexts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn contexts_write(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Nothing to repair after a panic elsewhere: every change is one store.
+        self.contexts_write.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The exclusive upper bound of RSS context IDs (0: no additional contexts).
@@ -202,9 +205,10 @@ impl Nic {
             // As a NIC whose firmware has no table left.
             return Err(ctx_err(libc::ENOSPC, "ctx_no_space"));
         }
-        let mut ctxs = self.contexts_lock();
+        let _w = self.contexts_write();
+        let mut ctxs = (**self.contexts.load()).clone();
         let base = match ctxs.get(&id) {
-            Some(c) => c.clone(),
+            Some(c) => (**c).clone(),
             None => {
                 let enabled: Vec<bool> = self.enabled.iter().map(|e| e.load(Relaxed)).collect();
                 let mut c = self.rss_default.with_fields_of(&self.rss.load());
@@ -218,7 +222,8 @@ impl Nic {
             RssError::IndirQueue { .. } | RssError::NoQueues => ctx_err(libc::EINVAL, "rss_bad_queue"),
             RssError::HashFields(_) => ctx_err(libc::EINVAL, "hash_bad_fields"),
         })?;
-        ctxs.insert(id, next);
+        ctxs.insert(id, Arc::new(next));
+        self.contexts.store(Arc::new(ctxs));
         Ok(())
     }
 
@@ -227,12 +232,28 @@ impl Nic {
         if self.max_contexts == 0 {
             return Err(ctx_err(libc::EOPNOTSUPP, "ctx_unsupported"));
         }
-        self.contexts_lock().remove(&id).map(|_| ()).ok_or(ctx_err(libc::ENOENT, "ctx_unknown"))
+        let _w = self.contexts_write();
+        let mut ctxs = (**self.contexts.load()).clone();
+        if !ctxs.contains_key(&id) {
+            return Err(ctx_err(libc::ENOENT, "ctx_unknown"));
+        }
+        // As the ethtool core refuses to delete a context a rule uses.
+        if u16::try_from(id).is_ok_and(|c| self.table.uses_context(c)) {
+            return Err(ctx_err(libc::EBUSY, "ctx_busy"));
+        }
+        ctxs.remove(&id);
+        self.contexts.store(Arc::new(ctxs));
+        Ok(())
+    }
+
+    /// Whether RSS context `id` exists (0, the default context, always does).
+    pub fn has_context(&self, id: u32) -> bool {
+        id == 0 || self.contexts.load().contains_key(&id)
     }
 
     /// The additional RSS contexts, by ID.
     pub fn contexts(&self) -> Vec<(u32, Rss)> {
-        self.contexts_lock().iter().map(|(id, c)| (*id, c.clone())).collect()
+        self.contexts.load().iter().map(|(id, c)| (*id, (**c).clone())).collect()
     }
 
     /// Install the RSS configuration the guest asked for (RSS_SET: `ethtool -X`). A table
@@ -243,6 +264,12 @@ impl Nic {
         let mut spread = rss.clone();
         spread.spread_over(&enabled);
         self.rss_user.store(spread.indirection() != rss.indirection(), Relaxed);
+        // The contexts hash on the default context's fields (HASH_SET changes them all).
+        if rss.hash_fields() != self.rss.load().hash_fields() {
+            let _w = self.contexts_write();
+            let ctxs = self.contexts.load().iter().map(|(id, c)| (*id, Arc::new(c.with_fields_of(&rss)))).collect();
+            self.contexts.store(Arc::new(ctxs));
+        }
         self.set_rss(rss);
     }
 
@@ -286,14 +313,30 @@ impl Nic {
         }
         let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
         let Some(key) = info.flow_key() else { return plain };
-        let (hit, action) =
-            if let Some((loc, action)) = self.table.has_user_rules().then(|| self.table.lookup_user(&key)).flatten() {
-                (Decision { rule: Some(loc), ..plain }, action)
-            } else if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
-                (Decision { filter: Some(id), ..plain }, action)
-            } else {
-                return plain;
-            };
+        let (hit, action) = if let Some((loc, action, ctx)) =
+            self.table.has_user_rules().then(|| self.table.lookup_user_rule(&key)).flatten()
+        {
+            let hit = Decision { rule: Some(loc), ..plain };
+            match (ctx, action) {
+                // The context's table picks the queue; the rule's queue is an offset.
+                (Some(c), Action::Queue(off)) => {
+                    let base = match c {
+                        0 => Some(rss.queue),
+                        c => self.contexts.load().get(&u32::from(c)).map(|t| t.decide(info).queue),
+                    };
+                    match base.and_then(|q| q.checked_add(off)) {
+                        Some(q) => (hit, Action::Queue(q)),
+                        // The context went away under the rule: RSS decides.
+                        None => return plain,
+                    }
+                }
+                _ => (hit, action),
+            }
+        } else if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
+            (Decision { filter: Some(id), ..plain }, action)
+        } else {
+            return plain;
+        };
         match action {
             Action::Queue(q) if self.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
                 Decision { queue: Some(q), ..hit }
@@ -510,5 +553,50 @@ mod tests {
         n.table().delete_user_rule(0).unwrap();
         let d = n.classify(&info, f.len(), 0);
         assert_eq!((d.queue, d.filter, d.rule), (Some(1), Some(7), None));
+    }
+
+    #[test]
+    fn a_rule_with_a_context_takes_the_contexts_queue_plus_its_offset() {
+        use crate::wire::rule::RuleSpec;
+        use crate::wire::IpVersion;
+        let p =
+            Profile::parse("name = \"ctx\"\n[rss]\nmax_contexts = 4\n[filter]\nlayout = \"shared\"\ncapacity = 64\n")
+                .unwrap();
+        let n = Nic::new(&p, 4).unwrap();
+        let f = frame(2794);
+        let (info, plain) = n.classify_frame(&f, 0).unwrap();
+        // Context 1 sends everything to queue 2; a rule for the flow uses it with offset 1.
+        n.set_context(1, None, Some(&[2; 128])).unwrap();
+        let mut r = RuleSpec::any(0, IpVersion::V4, L4Proto::Tcp, 1);
+        r.context = Some(1);
+        r.sport = 2794;
+        r.sport_mask = 0xffff;
+        n.table().set_user_rule(r).unwrap();
+        let d = n.classify(&info, f.len(), 0);
+        assert_eq!((d.queue, d.rule), (Some(3), Some(0)));
+        // Context 0 is the default RSS: its queue plus the offset.
+        n.table()
+            .set_user_rule(RuleSpec { context: Some(0), action: crate::wire::rule::RuleAction::Queue(0), ..r })
+            .unwrap();
+        assert_eq!(n.classify(&info, f.len(), 0).queue, Some(plain.rss.queue));
+        n.table().set_user_rule(r).unwrap();
+        // A context a rule uses cannot go (EBUSY), another can.
+        assert_eq!(n.delete_context(1).unwrap_err().errno, libc::EBUSY);
+        n.table().delete_user_rule(0).unwrap();
+        n.delete_context(1).unwrap();
+        assert!(!n.has_context(1) && n.has_context(0));
+        assert_eq!(n.classify(&info, f.len(), 0).queue, Some(plain.rss.queue));
+        // An offset past the last queue: counted, RSS decides.
+        n.set_context(1, None, Some(&[3; 128])).unwrap();
+        n.table().set_user_rule(RuleSpec { action: crate::wire::rule::RuleAction::Queue(2), ..r }).unwrap();
+        assert_eq!(n.classify(&info, f.len(), 0).queue, Some(plain.rss.queue));
+        // New hash fields on the default context apply to the contexts as well.
+        let fields = n.rss().hash_fields();
+        let ip_only = fields.with_sets([0x30; 6]);
+        n.configure_rss(n.rss().with_hash_fields(ip_only).unwrap());
+        assert_eq!(n.contexts()[0].1.hash_fields(), ip_only);
+        // A device reset removes the contexts.
+        n.reset_rss(&[true; 4]);
+        assert!(n.contexts().is_empty());
     }
 }

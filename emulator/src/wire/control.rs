@@ -584,6 +584,10 @@ pub fn decode_request_eth(frame: &[u8]) -> Result<(EthInfo, Header, Request), De
         // Version 3: ethtool ntuple rules.
         op::RULE_SET if header.version >= 3 => {
             expect_min(h, body, RULE_SET_BODY_LEN, ">= 84")?;
+            // `flags` and `context` are padding before version 4.
+            if header.version < 4 && body[7..8].iter().chain(&body[10..12]).any(|&b| b != 0) {
+                return Err(DecodeError::BadRule { header, error: RuleBodyError::Padding });
+            }
             Request::RuleSet(RuleSpec::decode(body).map_err(|error| DecodeError::BadRule { header, error })?)
         }
         op::RULE_DEL if header.version >= 3 => {

@@ -1,5 +1,5 @@
-//! RULE_SET / RULE_DEL bodies (control protocol version 3, docs/control-protocol.md
-//! §2.10–2.11): the guest's `ethtool -N flow-type tcp4|udp4|tcp6|udp6 … action Q [loc L]`
+//! RULE_SET / RULE_DEL bodies (control protocol version 3, `flags` and `context` in
+//! version 4; docs/control-protocol.md §2.10–2.11): the guest's `ethtool -N flow-type tcp4|udp4|tcp6|udp6 … action Q [loc L]`
 //! rules, masked matches on the 5-tuple that the device checks before its aRFS filters.
 //!
 //! This file holds the body layout and its codec; the header and the op dispatch are in
@@ -8,8 +8,8 @@
 use super::flow::{IpVersion, L4Proto};
 use std::fmt;
 
-/// RULE_SET body: location u32, rxq u16, action u8, pad u8, ip_version u8, l4_proto u8,
-/// pad u16, src/src_mask/dst/dst_mask 16 bytes each, then src port, its mask, dst port,
+/// RULE_SET body: location u32, rxq u16, action u8, flags u8, ip_version u8, l4_proto u8,
+/// context u16, src/src_mask/dst/dst_mask 16 bytes each, then src port, its mask, dst port,
 /// its mask (u16 each).
 pub const RULE_SET_BODY_LEN: usize = 84;
 /// RULE_DEL body: the location u32, or [`RULE_LOC_ALL`].
@@ -21,14 +21,18 @@ pub const RULE_LOC_ALL: u32 = u32::MAX;
 /// `action` values.
 pub const RULE_ACTION_QUEUE: u8 = 0;
 pub const RULE_ACTION_DROP: u8 = 1;
+/// `flags` (version 4): the queue is the RSS context's choice plus `rxq`.
+pub const RULE_FLAG_RSS: u8 = 0x01;
 
 /// Body offsets (from the start of the body).
 pub mod off {
     pub const LOCATION: usize = 0;
     pub const RXQ: usize = 4;
     pub const ACTION: usize = 6;
+    pub const FLAGS: usize = 7;
     pub const IP_VERSION: usize = 8;
     pub const L4_PROTO: usize = 9;
+    pub const CONTEXT: usize = 10;
     pub const SRC_ADDR: usize = 12;
     pub const SRC_MASK: usize = 28;
     pub const DST_ADDR: usize = 44;
@@ -51,7 +55,11 @@ pub enum RuleAction {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RuleSpec {
     pub location: u32,
+    /// With `context`, `Queue(q)` is an offset added to the queue the context picks.
     pub action: RuleAction,
+    /// `Some(c)`: RSS context `c` (0: the default one) picks the queue (`ethtool -N …
+    /// context c`, FLOW_RSS).
+    pub context: Option<u16>,
     pub version: IpVersion,
     pub proto: L4Proto,
     pub src: [u8; 16],
@@ -80,6 +88,10 @@ pub enum RuleBodyError {
     Address,
     #[error("padding is not zero")]
     Padding,
+    #[error("flags {0:#04x}: only 0x01 (RSS context) is defined")]
+    Flags(u8),
+    #[error("a rule with an RSS context must steer (action 0), not drop")]
+    ContextDrop,
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -110,9 +122,13 @@ impl RuleSpec {
             RULE_ACTION_DROP => RuleAction::Drop,
             v => return Err(RuleBodyError::Action(v)),
         };
-        if b[7] != 0 || b[10] != 0 || b[11] != 0 {
-            return Err(RuleBodyError::Padding);
-        }
+        let context = match b[off::FLAGS] {
+            0 if be16(b, off::CONTEXT) == 0 => None,
+            0 => return Err(RuleBodyError::Padding),
+            RULE_FLAG_RSS if action == RuleAction::Drop => return Err(RuleBodyError::ContextDrop),
+            RULE_FLAG_RSS => Some(be16(b, off::CONTEXT)),
+            f => return Err(RuleBodyError::Flags(f)),
+        };
         let version = match b[off::IP_VERSION] {
             4 => IpVersion::V4,
             6 => IpVersion::V6,
@@ -122,6 +138,7 @@ impl RuleSpec {
         let r = RuleSpec {
             location,
             action,
+            context,
             version,
             proto,
             src: addr(b, off::SRC_ADDR),
@@ -147,13 +164,13 @@ impl RuleSpec {
         };
         b.extend_from_slice(&self.location.to_be_bytes());
         b.extend_from_slice(&rxq.to_be_bytes());
-        b.extend_from_slice(&[action, 0]);
+        b.extend_from_slice(&[action, if self.context.is_some() { RULE_FLAG_RSS } else { 0 }]);
         b.push(match self.version {
             IpVersion::V4 => 4,
             IpVersion::V6 => 6,
         });
         b.push(self.proto.number());
-        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&self.context.unwrap_or(0).to_be_bytes());
         for a in [&self.src, &self.src_mask, &self.dst, &self.dst_mask] {
             b.extend_from_slice(a);
         }
@@ -168,6 +185,7 @@ impl RuleSpec {
         RuleSpec {
             location,
             action: RuleAction::Queue(rxq),
+            context: None,
             version,
             proto,
             src: [0; 16],
@@ -210,8 +228,12 @@ impl fmt::Display for RuleSpec {
             write!(f, " dst-port {} m {:#x}", self.dport, self.dport_mask)?;
         }
         match self.action {
-            RuleAction::Queue(q) => write!(f, " action {q}"),
-            RuleAction::Drop => write!(f, " action -1"),
+            RuleAction::Queue(q) => write!(f, " action {q}")?,
+            RuleAction::Drop => write!(f, " action -1")?,
+        }
+        match self.context {
+            Some(c) => write!(f, " context {c}"),
+            None => Ok(()),
         }
     }
 }
@@ -253,7 +275,7 @@ mod tests {
         let cases: [(usize, u8, RuleBodyError); 6] = [
             (off::LOCATION + 2, 0x04, RuleBodyError::Location(0x0407)),
             (off::ACTION, 2, RuleBodyError::Action(2)),
-            (7, 1, RuleBodyError::Padding),
+            (off::FLAGS, 2, RuleBodyError::Flags(2)),
             (off::IP_VERSION, 5, RuleBodyError::IpVersion(5)),
             (off::L4_PROTO, 1, RuleBodyError::L4Proto(1)),
             (off::DST_MASK + 9, 1, RuleBodyError::Address),

@@ -18,6 +18,7 @@ pub(super) fn rust_values() -> Vec<(&'static str, &'static str, u64)> {
         ("ARFS_RULE_LOC_ALL", "rule::RULE_LOC_ALL", u64::from(rule::RULE_LOC_ALL)),
         ("ARFS_RULE_ACTION_QUEUE", "rule::RULE_ACTION_QUEUE", u64::from(rule::RULE_ACTION_QUEUE)),
         ("ARFS_RULE_ACTION_DROP", "rule::RULE_ACTION_DROP", u64::from(rule::RULE_ACTION_DROP)),
+        ("ARFS_RULE_FLAG_RSS", "rule::RULE_FLAG_RSS", u64::from(rule::RULE_FLAG_RSS)),
     ]
 }
 
@@ -26,6 +27,7 @@ fn v6_rule() -> RuleSpec {
     RuleSpec {
         location: 0x0000_03a5,
         action: RuleAction::Queue(0x0b0c),
+        context: None,
         version: IpVersion::V6,
         proto: L4Proto::Udp,
         src: std::array::from_fn(|i| 0x10 + i as u8),
@@ -43,10 +45,10 @@ const FIELDS: [(&str, usize); 15] = [
     ("ARFS_RULE_OFF_LOCATION", 4),
     ("ARFS_RULE_OFF_RXQ", 2),
     ("ARFS_RULE_OFF_ACTION", 1),
-    ("ARFS_RULE_OFF_PAD", 1),
+    ("ARFS_RULE_OFF_FLAGS", 1),
     ("ARFS_RULE_OFF_IP_VERSION", 1),
     ("ARFS_RULE_OFF_L4_PROTO", 1),
-    ("ARFS_RULE_OFF_PAD2", 2),
+    ("ARFS_RULE_OFF_CONTEXT", 2),
     ("ARFS_RULE_OFF_SRC_ADDR", 16),
     ("ARFS_RULE_OFF_SRC_MASK", 16),
     ("ARFS_RULE_OFF_DST_ADDR", 16),
@@ -65,10 +67,10 @@ pub(super) fn check_rule_layout(p: &Proto) {
     b.uint("ARFS_RULE_OFF_LOCATION", 4, u64::from(r.location));
     b.uint("ARFS_RULE_OFF_RXQ", 2, 0x0b0c);
     b.uint("ARFS_RULE_OFF_ACTION", 1, p.get("ARFS_RULE_ACTION_QUEUE"));
-    b.zero("ARFS_RULE_OFF_PAD", 1);
+    b.zero("ARFS_RULE_OFF_FLAGS", 1);
     b.uint("ARFS_RULE_OFF_IP_VERSION", 1, 6);
     b.uint("ARFS_RULE_OFF_L4_PROTO", 1, 17);
-    b.zero("ARFS_RULE_OFF_PAD2", 2);
+    b.zero("ARFS_RULE_OFF_CONTEXT", 2);
     b.bytes("ARFS_RULE_OFF_SRC_ADDR", &r.src);
     b.bytes("ARFS_RULE_OFF_SRC_MASK", &r.src_mask);
     b.bytes("ARFS_RULE_OFF_DST_ADDR", &r.dst);
@@ -80,6 +82,13 @@ pub(super) fn check_rule_layout(p: &Proto) {
     let len = p.off("ARFS_RULE_SET_BODY_LEN");
     tiles(p, what, 0, &FIELDS, len, "ARFS_RULE_SET_BODY_LEN");
     body_len(&request_header(&f), what, len, "ARFS_RULE_SET_BODY_LEN");
+
+    // Version 4: an RSS context picks the queue, the rule's queue is an offset.
+    let ctx = RuleSpec { context: Some(0x0d0e), ..r };
+    let f = encode_request(GUEST, 12, &Request::RuleSet(ctx));
+    let c = Region::body(p, "RULE_SET request (context)", &f);
+    c.uint("ARFS_RULE_OFF_FLAGS", 1, p.get("ARFS_RULE_FLAG_RSS"));
+    c.uint("ARFS_RULE_OFF_CONTEXT", 2, 0x0d0e);
 
     let drop = RuleSpec { action: RuleAction::Drop, ..r };
     let f = encode_request(GUEST, 10, &Request::RuleSet(drop));
@@ -121,6 +130,16 @@ pub(super) fn check_built_rules(p: &Proto) {
         .body("ARFS_RULE_OFF_IP_VERSION", 1, 4)
         .body("ARFS_RULE_OFF_L4_PROTO", 1, 6);
     let want = RuleSpec { action: RuleAction::Drop, ..RuleSpec::any(max, IpVersion::V4, L4Proto::Tcp, 0) };
+    b.decodes_to(Request::RuleSet(want));
+
+    let mut b = Built::new(p, "ARFS_OP_RULE_SET", 4, 0, 0, p.off("ARFS_RULE_SET_BODY_LEN"));
+    b.body("ARFS_RULE_OFF_LOCATION", 4, 5)
+        .body("ARFS_RULE_OFF_RXQ", 2, 1)
+        .body("ARFS_RULE_OFF_FLAGS", 1, p.get("ARFS_RULE_FLAG_RSS"))
+        .body("ARFS_RULE_OFF_CONTEXT", 2, 3)
+        .body("ARFS_RULE_OFF_IP_VERSION", 1, 6)
+        .body("ARFS_RULE_OFF_L4_PROTO", 1, 6);
+    let want = RuleSpec { context: Some(3), ..RuleSpec::any(5, IpVersion::V6, L4Proto::Tcp, 1) };
     b.decodes_to(Request::RuleSet(want));
 
     let mut b = Built::new(p, "ARFS_OP_RULE_DEL", 3, 0, 0, p.off("ARFS_RULE_DEL_BODY_LEN"));
