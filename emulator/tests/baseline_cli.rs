@@ -225,43 +225,30 @@ fn bisect_stops_on_errors_that_are_not_the_commits() {
     let base = base.to_str().unwrap();
     let not_a_tree = dir.path().to_str().unwrap();
 
-    let o = arfsnic(&["run", "--bisect", "--scenario", scenario, "--kdir", not_a_tree]);
-    assert_eq!(o.status.code(), Some(128), "{o:?}");
-    assert!(stderr(&o).contains("--baseline"), "{}", stderr(&o));
+    // `arfsnic run --bisect --scenario S --kdir DIR` and `extra`: exit code and stderr.
+    let bisect = |extra: &[&str]| {
+        let mut a = vec!["run", "--bisect", "--scenario", scenario, "--kdir", not_a_tree];
+        a.extend_from_slice(extra);
+        let o = arfsnic(&a);
+        (o.status.code(), stderr(&o))
+    };
 
-    let o = arfsnic(&[
-        "run",
-        "--bisect",
-        "--scenario",
-        scenario,
-        "--kdir",
-        not_a_tree,
-        "--baseline",
-        base,
-        "--bisect-on",
-        "guest.nosuch",
-    ]);
-    assert_eq!(o.status.code(), Some(128), "{o:?}");
-    assert!(stderr(&o).contains("unknown metric \"guest.nosuch\"; valid: guest.steer_calls_per_s"), "{}", stderr(&o));
+    let (code, e) = bisect(&[]);
+    assert_eq!(code, Some(128), "{e}");
+    assert!(e.contains("--baseline"), "{e}");
 
-    let o = arfsnic(&["run", "--bisect", "--scenario", scenario, "--kdir", not_a_tree, "--baseline", base]);
-    assert_eq!(o.status.code(), Some(128), "{o:?}");
-    let e = stderr(&o);
+    let (code, e) = bisect(&["--baseline", base, "--bisect-on", "guest.nosuch"]);
+    assert_eq!(code, Some(128), "{e}");
+    assert!(e.contains("unknown metric \"guest.nosuch\"; valid: guest.steer_calls_per_s"), "{e}");
+
+    let (code, e) = bisect(&["--baseline", base]);
+    assert_eq!(code, Some(128), "{e}");
     assert!(e.contains("not a kernel source tree") && e.contains("bisect: stop the bisect (exit 128)"), "{e}");
 
     let other = write(dir.path(), "other.json", &report("llc-within", vec![run("sysctl=1", 0.5)]));
-    let o = arfsnic(&[
-        "run",
-        "--bisect",
-        "--scenario",
-        scenario,
-        "--kdir",
-        not_a_tree,
-        "--baseline",
-        other.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(128), "{o:?}");
-    assert!(stderr(&o).contains("is for scenario \"llc-within\""), "{}", stderr(&o));
+    let (code, e) = bisect(&["--baseline", other.to_str().unwrap()]);
+    assert_eq!(code, Some(128), "{e}");
+    assert!(e.contains("is for scenario \"llc-within\""), "{e}");
 
     // Without --bisect a usage error stays clap's 2.
     let o = arfsnic(&["run", "--scenario", scenario, "--bisect-on", "guest.adds_per_s"]);

@@ -263,28 +263,14 @@ pub mod bisect_exit {
 }
 
 /// `run --bisect`: this commit cannot be judged (exit 125).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct BisectSkip(pub String);
 
-impl std::fmt::Display for BisectSkip {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BisectSkip {}
-
 /// A metric regressed against the baseline (`run --baseline`, `compare`).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Regressed(pub String);
-
-impl std::fmt::Display for Regressed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Regressed {}
 
 pub fn main() -> ExitCode {
     let bisect_arg = std::env::args().any(|a| a == "--bisect");
