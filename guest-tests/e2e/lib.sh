@@ -25,12 +25,23 @@ e2e_env() {
     QEMU=${QEMU_BIN:-$QEMU}
     [ -x "$QEMU" ] || fail "QEMU $QEMU not found: run guest-tests/provision.sh"
     [ -f "$KERNEL" ] || fail "kernel $KERNEL not found: run guest-tests/provision.sh"
-    QMAJ=$("$QEMU" --version | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -n1)
-    [ "${QMAJ:-0}" -ge 10 ] || fail "$QEMU is version $QMAJ; vhost-user + MSI-X under TCG needs QEMU >= 10 (bookworm-backports)"
+    require_qemu10 "$QEMU"
+    require_arfsnic
+}
+
+# require_qemu10 QEMU: vhost-user-net with MSI-X under TCG needs QEMU 10 (7.2 segfaults).
+require_qemu10() {
+    local major
+    major=$("$1" --version | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -n1)
+    [ "${major:-0}" -ge 10 ] || fail "$1 is QEMU ${major:-?}; vhost-user + MSI-X under TCG needs QEMU >= 10 (bookworm-backports; set QEMU= or run guest-tests/provision.sh)"
+}
+
+# require_arfsnic: sets ARFSNIC (default target/release/arfsnic), built if missing.
+require_arfsnic() {
     ARFSNIC=${ARFSNIC:-$REPO/target/release/arfsnic}
     if [ ! -x "$ARFSNIC" ]; then
         say "building $ARFSNIC (cargo build --release)"
-        (cd "$REPO" && cargo build --release --bin arfsnic) || fail "cargo build failed"
+        (cd "$REPO" && cargo build --release --bin arfsnic) || fail "cargo build --release failed"
     fi
 }
 

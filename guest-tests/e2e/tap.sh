@@ -63,7 +63,7 @@ APPEND+=" arfs.base_port=7000 arfs.peer_base_port=9000 arfs.duration=$DURATION a
 LOG=$OUTDIR/serial.log
 T0=$(date +%s.%N)
 qemu_start 2 "$SMP" "$INITRD" "$APPEND" "$LOG" -no-reboot
-say "QEMU $QMAJ (pid $QEMU_PID) booting $KREL, serial log $LOG"
+say "QEMU (pid $QEMU_PID) booting $KREL, serial log $LOG"
 
 # 4. Wait for the echo server (TCG boot: seconds to a minute on a busy machine).
 wait_console "$LOG" 'arfs-echo: ready' 1 180

@@ -109,13 +109,8 @@ if [ -z "${QEMU:-}" ]; then
     [ -n "$QEMU" ] || QEMU=$(command -v qemu-system-x86_64 || true)
 fi
 [ -n "$QEMU" ] && [ -x "$QEMU" ] || fail "qemu-system-x86_64 not found: apt-get install -t bookworm-backports qemu-system-x86 (or guest-tests/provision.sh)"
-QMAJ=$("$QEMU" --version | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -n1)
-[ "${QMAJ:-0}" -ge 10 ] || fail "$QEMU is QEMU ${QMAJ:-?}: vhost-user-net with MSI-X under TCG needs QEMU 10 (QEMU 7.2 segfaults); set QEMU= or run guest-tests/provision.sh"
-ARFSNIC=${ARFSNIC:-$REPO/target/release/arfsnic}
-if [ ! -x "$ARFSNIC" ]; then
-    say "building $ARFSNIC (cargo build --release)"
-    (cd "$REPO" && cargo build --release --bin arfsnic) || fail "cargo build --release failed"
-fi
+require_qemu10 "$QEMU"
+require_arfsnic
 
 OUTDIR=${OUTDIR:-$REPO/.cache/e2e/vng}
 mkdir -p "$OUTDIR"
