@@ -47,6 +47,7 @@ fn run(label: &str, steer_per_s: f64) -> Value {
             ..Default::default()
         },
         flows_stuck_without_filter: Some(0),
+        filter_table: None,
         ..Default::default()
     };
     serde_json::to_value(r).unwrap()

@@ -456,6 +456,7 @@ mod tests {
                 ..Default::default()
             },
             flows_stuck_without_filter: Some(0),
+            filter_table: None,
             ..Default::default()
         };
         serde_json::to_value(r).unwrap()

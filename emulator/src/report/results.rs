@@ -384,6 +384,7 @@ mod tests {
             },
             guest_cpu_pct: Some(60.0),
             flows_stuck_without_filter: Some(0),
+            filter_table: None,
             rps_ipi_per_s: Some(525.6),
             remote_pct: Some(32.3),
             cross_llc_pct: Some(64.8),

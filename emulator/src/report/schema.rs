@@ -93,6 +93,9 @@ pub struct RunReport {
     pub flows: Vec<FlowView>,
     /// `None` when the guest module did not run.
     pub flows_stuck_without_filter: Option<u64>,
+    /// The device's filter table sampled over the run (runner/occupancy.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_table: Option<FilterTimeline>,
     /// Busy share of all guest CPUs over the workload (`/proc/stat`).
     pub guest_cpu_pct: Option<f64>,
     /// RPS IPIs the guest's CPUs received per second of the workload: `received_rps` of
@@ -246,6 +249,25 @@ pub struct DeviceReport {
     pub rss_contexts: u64,
     pub filter: FilterReport,
     pub control: ControlReport,
+}
+
+/// `filter_table`: the device's rule count from the traffic's start to the guest's
+/// report, and how long after their flow's last packet the rules that went were removed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilterTimeline {
+    pub sample_ms: u64,
+    /// (seconds since the traffic started, rules in the table).
+    pub rules: Vec<(f64, u64)>,
+    pub peak: u64,
+    /// At the last sample (after the expiry wait, when the scenario has one).
+    pub at_end: u64,
+    /// Rules that were live at one sample and gone at the next.
+    pub gone: u64,
+    /// Time from such a rule's last matching packet to the sample that found it gone
+    /// (an upper bound within `sample_ms`): for a closed TCP connection, close → filter gone.
+    pub gone_after_last_packet_ms_p50: Option<f64>,
+    pub gone_after_last_packet_ms_p90: Option<f64>,
+    pub gone_after_last_packet_ms_max: Option<f64>,
 }
 
 /// `device.filter`: the command engine's filter counters.

@@ -54,10 +54,13 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
     let group_of = |cpu: u32| llc.get(&cpu).copied();
     let irq_cpu = irq_cpu_per_queue(guest);
     let by_tuple: HashMap<&str, &RuleView> = rules.iter().map(|r| (r.flow.as_str(), r)).collect();
+    // A TCP flow is a connection slot: its last connection's 4-tuple.
+    let proto = if link.tcp.is_some() { "tcp" } else { "udp" };
     link.per_flow
         .iter()
         .map(|f| {
-            let tuple = format!("udp {}:{} {}:{}", super::PARTNER_IP, f.partner_port, super::GUEST_IP, f.guest_port);
+            let tuple =
+                format!("{proto} {}:{} {}:{}", super::PARTNER_IP, f.partner_port, super::GUEST_IP, f.guest_port);
             let rule = by_tuple.get(tuple.as_str()).copied();
             let app_cpu = f.last_cpu;
             let irq = f.last_queue.and_then(|q| irq_cpu.get(usize::from(q)).copied().flatten());

@@ -16,6 +16,7 @@ pub mod health;
 pub mod hoststat;
 pub mod matrix;
 pub mod metrics;
+pub mod occupancy;
 pub mod qemu;
 pub mod run;
 pub mod scenario;

@@ -2,6 +2,7 @@
 //! the workload is ready, collect the guest's JSON block and the device's counters, and
 //! build the run's part of the typed report.
 
+use super::occupancy::{Occupancy, SAMPLE_EVERY};
 use super::scenario::{self, Run, Scenario};
 use super::{
     flows, health, hoststat, qemu, resolve_profile, Ctx, GUEST_BASE_PORT, GUEST_IP, GUEST_IP6, GUEST_MAC, GUEST_TAIL_S,
@@ -16,7 +17,7 @@ use crate::report::schema::{
     ControlReport, DeviceReport, DriverReport, FilterReport, GuestReport, GuestSystem, OfferedLoad, PerSecond, RunLogs,
     RunReport,
 };
-use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig};
+use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig, Proto, TcpPattern};
 use crate::traffic::remote::{RemotePort, Segment};
 use crate::vhost::{Backend, BackendCounters};
 use anyhow::{anyhow, bail, Context};
@@ -50,6 +51,14 @@ fn append_line(s: &Scenario, run: &Run) -> String {
     ];
     if !sysctls.is_empty() {
         a.push(format!("arfs.sysctl={}", sysctls.join(",")));
+    }
+    if g.proto == "tcp" {
+        a.push("arfs.proto=tcp".into());
+        a.push(format!("arfs.msg_size={}", s.traffic.payload));
+        let mode = if s.traffic.pattern == "stream" { "sink" } else { "echo" };
+        a.push(format!("arfs.tcp_mode={mode}"));
+        // Every socket of a CRR run may be connected at once.
+        a.push(format!("arfs.max_conns={}", s.traffic.flows.max(64)));
     }
     if s.vm.guest == "debian" {
         a.push("arfs.root=/dev/vda".into());
@@ -94,6 +103,12 @@ fn partner_config(s: &Scenario) -> PartnerConfig {
         },
         window: s.traffic.window,
         drain_ms: 500,
+        proto: if s.guest.proto == "tcp" { Proto::Tcp } else { Proto::Udp },
+        tcp_pattern: match s.traffic.pattern.as_str() {
+            "crr" => TcpPattern::Crr,
+            "stream" => TcpPattern::Stream,
+            _ => TcpPattern::Rr,
+        },
         ..PartnerConfig::default()
     }
 }
@@ -322,6 +337,8 @@ pub(crate) fn run_one(
     }
     load.chosen_pps = load.requested_pps;
     let mut live = LiveRate::default();
+    let mut occ = Occupancy::default();
+    let mut next_sample = Instant::now();
     loop {
         if ctx.interrupt.requested() {
             // Dropping `q` kills this run's QEMU.
@@ -334,6 +351,11 @@ pub(crate) fn run_one(
                 true,
                 &format!("the guest workload was not ready within {} s (timeouts.boot_s)", s.timeouts.boot_s),
             ));
+        }
+        if traffic_started.is_some() && Instant::now() >= next_sample {
+            let now_ns = emu.clock.now_ns();
+            occ.sample(now_ns.saturating_sub(window.0) as f64 / 1e9, now_ns, &ctl.rules());
+            next_sample = Instant::now() + SAMPLE_EVERY;
         }
         if let Some(t) = traffic_started {
             if let Some(at) = probe_at.filter(|at| t.elapsed() >= *at) {
@@ -439,6 +461,8 @@ pub(crate) fn run_one(
     });
     let snap = ctl.snapshot();
     let rules = ctl.rules();
+    let now_ns = emu.clock.now_ns();
+    occ.sample(now_ns.saturating_sub(window.0) as f64 / 1e9, now_ns, &rules);
     let warmup_ns = (s.warmup_s * 1e9) as u64;
     let rates = ctl.guest_rates(window.0 + warmup_ns, window.1);
     emu.set_control(None);
@@ -501,6 +525,7 @@ pub(crate) fn run_one(
         guest: guest_report(&snap, rates, system, window),
         flows,
         flows_stuck_without_filter: s.guest.module.then_some(stuck),
+        filter_table: Some(occ.report()),
         guest_cpu_pct,
         rps_ipi_per_s,
         remote_pct: deliveries.and_then(|d| d.remote_pct()),

@@ -165,6 +165,15 @@ pub struct Traffic {
     /// "Offered load").
     #[serde(default)]
     pub pin_rate: bool,
+    /// `rr` (request/response; UDP or pooled TCP connections), `crr` (TCP: connect, one
+    /// request/response, close, at `rate_pps` connections/s over `flows` sockets) or
+    /// `stream` (TCP: bulk one way into the guest). TCP needs `guest.proto = "tcp"`
+    /// (docs/scenarios.md, "TCP").
+    #[serde(default = "d_traffic_pattern")]
+    pub pattern: String,
+}
+fn d_traffic_pattern() -> String {
+    "rr".into()
 }
 fn d_rate() -> u32 {
     2000
@@ -181,6 +190,10 @@ fn d_mode() -> LoopMode {
 pub struct Guest {
     /// Worker threads of the echo server.
     pub workers: u32,
+    /// The echo server's protocol: `udp` (a connected socket per flow) or `tcp` (one
+    /// listening port, a connection per flow; brpc-shaped workers, see `pattern`).
+    #[serde(default = "d_proto")]
+    pub proto: String,
     /// none | scheduler | hop-within-llc | hop-across-llc | work-stealing (pinned workers
     /// sharing one epoll set of one-shot flow sockets: a flow is served by whichever CPU is
     /// free, brpc-like).
@@ -217,6 +230,9 @@ pub struct Guest {
 }
 fn d_pattern() -> String {
     "none".into()
+}
+fn d_proto() -> String {
+    "udp".into()
 }
 fn d_period() -> u32 {
     100
@@ -331,8 +347,27 @@ impl Scenario {
         if self.traffic.flows == 0 || self.traffic.flows > 16384 {
             return Err(err("traffic.flows", "must be between 1 and 16384"));
         }
-        if !(16..=1400).contains(&self.traffic.payload) {
-            return Err(err("traffic.payload", "must be between 16 and 1400 bytes"));
+        let tcp = match self.guest.proto.as_str() {
+            "udp" => false,
+            "tcp" => true,
+            p => return Err(err("guest.proto", format!("{p:?} is not udp or tcp"))),
+        };
+        match (self.traffic.pattern.as_str(), tcp) {
+            ("rr", _) | ("crr" | "stream", true) => {}
+            (p @ ("crr" | "stream"), false) => {
+                return Err(err("traffic.pattern", format!("{p:?} is TCP traffic: it needs guest.proto = \"tcp\"")))
+            }
+            (p, _) => return Err(err("traffic.pattern", format!("{p:?} is not rr, crr or stream"))),
+        }
+        if self.traffic.pattern == "crr" && self.traffic.rate_pps == 0 {
+            return Err(err("traffic.rate_pps", "crr needs a rate (connections per second)"));
+        }
+        let max_payload = if tcp { 65536 } else { 1400 };
+        if !(16..=max_payload).contains(&self.traffic.payload) {
+            return Err(err("traffic.payload", format!("must be between 16 and {max_payload} bytes")));
+        }
+        if tcp && self.vm.remote {
+            return Err(err("guest.proto", "tcp runs do not take vm.remote yet"));
         }
         if self.traffic.window == 0 {
             return Err(err("traffic.window", "must be at least 1"));
@@ -413,5 +448,53 @@ impl Scenario {
         let mut m = self.sysctls.clone();
         m.extend(run.sysctls.clone());
         m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+name = "t"
+kernel = "patched-7.3"
+profile = "mlx5-cx6"
+[vm]
+vcpus = 2
+cores = 2
+[nic]
+queues = 2
+[traffic]
+flows = 8
+[guest]
+workers = 2
+"#;
+
+    fn with(traffic: &str, guest: &str) -> Result<(), ConfigError> {
+        let t = BASE
+            .replace("[traffic]\n", &format!("[traffic]\n{traffic}\n"))
+            .replace("[guest]\n", &format!("[guest]\n{guest}\n"));
+        let s: Scenario = toml::from_str(&t).unwrap();
+        s.validate()
+    }
+
+    #[test]
+    fn tcp_keys_are_checked_by_name() {
+        with("", "").unwrap();
+        with("pattern = \"crr\"\nrate_pps = 100", "proto = \"tcp\"").unwrap();
+        with("pattern = \"stream\"\npayload = 65536", "proto = \"tcp\"").unwrap();
+        let cases = [
+            ("pattern = \"crr\"", "", "traffic.pattern", "needs guest.proto"),
+            ("pattern = \"rrr\"", "", "traffic.pattern", "not rr, crr or stream"),
+            ("", "proto = \"sctp\"", "guest.proto", "not udp or tcp"),
+            ("pattern = \"crr\"\nrate_pps = 0", "proto = \"tcp\"", "traffic.rate_pps", "connections per second"),
+            ("payload = 2000", "", "traffic.payload", "16 and 1400"),
+            ("payload = 70000", "proto = \"tcp\"", "traffic.payload", "16 and 65536"),
+        ];
+        for (t, g, field, msg) in cases {
+            let e = with(t, g).unwrap_err();
+            assert_eq!(e.field, field, "{t} {g}");
+            assert!(e.message.contains(msg), "{t} {g}: {}", e.message);
+        }
     }
 }

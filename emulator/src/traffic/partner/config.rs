@@ -16,6 +16,36 @@ pub enum LoopMode {
     Closed,
 }
 
+/// What the partner speaks to the guest: UDP datagrams, one 5-tuple per flow (the default),
+/// or TCP connections to one guest port (`tcp.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    #[default]
+    Udp,
+    Tcp,
+}
+
+/// The shape of TCP traffic (docs/scenarios.md, "TCP").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TcpPattern {
+    /// `flows` pooled connections, each a request/response loop (rpc_press-like).
+    #[default]
+    Rr,
+    /// Connect, one request/response, close, at `rate_pps` connections/s (TCP_CRR-like).
+    Crr,
+    /// `flows` connections sending bulk one way, as fast as the guest acknowledges.
+    Stream,
+}
+
+/// Largest TCP message (request/response) in bytes.
+pub const MAX_TCP_MSG: usize = 65536;
+/// Most TCP sockets a run may hold (each is a smoltcp socket with its buffers).
+pub const MAX_TCP_SOCKETS: u32 = 16384;
+/// Most memory all TCP socket buffers of a run may take.
+pub const MAX_TCP_BUFFERS: u64 = 512 << 20;
+
 /// Link partner configuration (filled by the runner from a scenario).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -48,6 +78,13 @@ pub struct PartnerConfig {
     pub drain_ms: u64,
     /// Open loop: in-flight table size per flow.
     pub max_in_flight_per_flow: u32,
+    /// UDP (flow i = ports `partner_base_port + i` -> `guest_base_port + i`) or TCP
+    /// (connections to `guest_base_port`; flow i = connection slot i).
+    pub proto: Proto,
+    /// TCP only: what the connections do. `flows` is the number of pooled connections
+    /// (`rr`, `stream`) or of sockets cycling through connect/close (`crr`, where
+    /// `rate_pps` counts connections per second).
+    pub tcp_pattern: TcpPattern,
 }
 
 impl Default for PartnerConfig {
@@ -69,6 +106,8 @@ impl Default for PartnerConfig {
             loss_timeout_ms: 1000,
             drain_ms: 1000,
             max_in_flight_per_flow: 1024,
+            proto: Proto::Udp,
+            tcp_pattern: TcpPattern::Rr,
         }
     }
 }
@@ -89,17 +128,24 @@ impl PartnerConfig {
         if self.flows == 0 {
             return bad("flows must be >= 1".into());
         }
-        if u32::from(self.guest_base_port) + self.flows > 65536 {
-            return bad(format!("guest_base_port {} + flows {} exceeds port 65535", self.guest_base_port, self.flows));
-        }
-        if u32::from(self.partner_base_port) + self.flows > 65536 {
-            return bad(format!(
-                "partner_base_port {} + flows {} exceeds port 65535",
-                self.partner_base_port, self.flows
-            ));
-        }
-        if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&self.payload) {
-            return bad(format!("payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes, got {}", self.payload));
+        if self.proto == Proto::Tcp {
+            self.validate_tcp()?;
+        } else {
+            if u32::from(self.guest_base_port) + self.flows > 65536 {
+                return bad(format!(
+                    "guest_base_port {} + flows {} exceeds port 65535",
+                    self.guest_base_port, self.flows
+                ));
+            }
+            if u32::from(self.partner_base_port) + self.flows > 65536 {
+                return bad(format!(
+                    "partner_base_port {} + flows {} exceeds port 65535",
+                    self.partner_base_port, self.flows
+                ));
+            }
+            if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&self.payload) {
+                return bad(format!("payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes, got {}", self.payload));
+            }
         }
         if !self.partner_mac.is_unicast() {
             return bad(format!("partner_mac {} must be a unicast address", self.partner_mac));
@@ -129,6 +175,45 @@ impl PartnerConfig {
         }
         if self.loss_timeout_ms == 0 {
             return bad("loss_timeout_ms must be >= 1".into());
+        }
+        Ok(())
+    }
+
+    fn validate_tcp(&self) -> Result<(), PartnerError> {
+        let bad = |m: String| Err(PartnerError::Config(m));
+        if self.flows > MAX_TCP_SOCKETS {
+            return bad(format!("TCP runs hold at most {MAX_TCP_SOCKETS} sockets, flows is {}", self.flows));
+        }
+        if self.guest_base_port == 0 {
+            return bad("guest_base_port (the guest's TCP server port) must not be 0".into());
+        }
+        // Pooled connections use ports base+i; CRR cycles through base..=65535 and needs a
+        // port per socket at least.
+        if self.partner_base_port < 1024 || u32::from(self.partner_base_port) + self.flows > 65536 {
+            return bad(format!(
+                "partner_base_port {} + flows {} must lie within 1024..=65535 for TCP",
+                self.partner_base_port, self.flows
+            ));
+        }
+        if !(MIN_PAYLOAD..=MAX_TCP_MSG).contains(&self.payload) {
+            return bad(format!(
+                "payload (the TCP message) must be {MIN_PAYLOAD}..={MAX_TCP_MSG} bytes, got {}",
+                self.payload
+            ));
+        }
+        if self.tcp_pattern == TcpPattern::Crr && self.rate_pps == 0 {
+            return bad("tcp-crr needs rate_pps > 0 (connections per second)".into());
+        }
+        let (rx, tx) = super::tcp::buffer_sizes(self.tcp_pattern, self.payload, self.in_flight_cap());
+        let total = (rx + tx) as u64 * u64::from(self.flows);
+        if total > MAX_TCP_BUFFERS {
+            return bad(format!(
+                "flows {} x socket buffers {} KiB = {} MiB exceeds {} MiB: fewer flows, a smaller payload or window",
+                self.flows,
+                (rx + tx) >> 10,
+                total >> 20,
+                MAX_TCP_BUFFERS >> 20
+            ));
         }
         Ok(())
     }
@@ -166,6 +251,22 @@ mod tests {
         ];
         for b in bad {
             assert!(b.validate().is_err(), "{b:?}");
+        }
+        let tcp = PartnerConfig { proto: Proto::Tcp, ..c.clone() };
+        tcp.validate().unwrap();
+        PartnerConfig { payload: 65536, ..tcp.clone() }.validate().unwrap();
+        let bad_tcp = [
+            (PartnerConfig { payload: 65537, ..tcp.clone() }, "payload"),
+            (PartnerConfig { tcp_pattern: TcpPattern::Crr, rate_pps: 0, ..tcp.clone() }, "rate_pps"),
+            (PartnerConfig { partner_base_port: 65000, flows: 1000, ..tcp.clone() }, "partner_base_port"),
+            (PartnerConfig { partner_base_port: 80, ..tcp.clone() }, "partner_base_port"),
+            (PartnerConfig { flows: MAX_TCP_SOCKETS + 1, partner_base_port: 1024, ..tcp.clone() }, "sockets"),
+            (PartnerConfig { flows: 4096, payload: 65536, window: 16, ..tcp.clone() }, "MiB"),
+            (PartnerConfig { guest_base_port: 0, ..tcp.clone() }, "guest_base_port"),
+        ];
+        for (b, field) in bad_tcp {
+            let e = b.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
         }
         let j = serde_json::to_string(&c).unwrap();
         assert!(j.contains("\"02:a5:f1:00:00:01\""), "{j}");

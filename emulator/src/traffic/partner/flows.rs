@@ -3,11 +3,13 @@
 //! how long a flow has gone through RSS only).
 
 use super::neighbor::ARP_RETRY;
-use super::stats::{FlowRecord, Rtt};
-use super::{lock, Inner, LoopMode, PartnerConfig};
+use super::stats::{FlowRecord, Rtt, TcpStats};
+use super::tcp::INPUT_QUEUE;
+use super::{lock, Inner, LoopMode, PartnerConfig, Proto};
 use crate::traffic::Delivery;
 use crate::wire::echo::{Header, HEADER_LEN};
 use crate::wire::ethernet::MacAddr;
+use crossbeam_channel::{Receiver, Sender};
 use etherparse::PacketBuilder;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -25,13 +27,16 @@ const SWEEP_EVERY: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
 pub(super) struct FlowState {
-    next_seq: u32,
+    pub(super) next_seq: u32,
     /// (seq, send time), oldest first.
     pub(super) inflight: VecDeque<(u32, Instant)>,
-    rec: FlowRecord,
+    pub(super) rec: FlowRecord,
     /// First delivery of the current unbroken series through RSS (no filter hit).
     via_rss_since: Option<Instant>,
 }
+
+/// The TCP engine's input: IPv4 packets from the guest (bounded, `tcp::INPUT_QUEUE`).
+pub(super) type SegmentQueue = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
 
 /// State of one run (start..stop); replaced by the next `start()`.
 pub(super) struct Run {
@@ -52,6 +57,11 @@ pub(super) struct Run {
     /// The pacing rate now (open loop, or the closed loop's cap): `cfg.rate_pps` until
     /// [`super::LinkPartner::set_rate`] changes it mid-run.
     pub(super) rate_pps: AtomicU64,
+    /// TCP runs: segments from the guest on their way to the engine (`tcp.rs`), the ones
+    /// dropped because the queue was full, and the engine's last published counters.
+    pub(super) tcp_input: Option<SegmentQueue>,
+    pub(super) tcp_rx_dropped: AtomicU64,
+    pub(super) tcp: Mutex<Option<TcpStats>>,
 }
 
 impl Run {
@@ -61,7 +71,11 @@ impl Run {
                 Mutex::new(FlowState {
                     rec: FlowRecord {
                         flow: i,
-                        guest_port: cfg.guest_base_port.wrapping_add(i as u16),
+                        // TCP: every connection goes to the one server port.
+                        guest_port: match cfg.proto {
+                            Proto::Udp => cfg.guest_base_port.wrapping_add(i as u16),
+                            Proto::Tcp => cfg.guest_base_port,
+                        },
                         partner_port: cfg.partner_base_port.wrapping_add(i as u16),
                         ..Default::default()
                     },
@@ -71,7 +85,11 @@ impl Run {
                 })
             })
             .collect();
+        let tcp_input = (cfg.proto == Proto::Tcp).then(|| crossbeam_channel::bounded(INPUT_QUEUE));
         Run {
+            tcp_input,
+            tcp_rx_dropped: AtomicU64::new(0),
+            tcp: Mutex::new(None),
             rate_pps: AtomicU64::new(cfg.rate_pps),
             cfg,
             flows,
@@ -202,7 +220,7 @@ impl Inner {
 /// Per-flow record of where requests landed. Only frames that reached an RX ring count
 /// for the queue histogram, the last queue and the filter fields: a frame the device
 /// could not deliver (no buffers, drop filter) landed nowhere.
-fn record_delivery(f: &mut FlowState, d: Delivery, now: Instant) {
+pub(super) fn record_delivery(f: &mut FlowState, d: Delivery, now: Instant) {
     let rec = &mut f.rec;
     if !d.delivered {
         rec.not_delivered += 1;

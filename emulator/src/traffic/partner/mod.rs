@@ -25,16 +25,20 @@
 //!
 //! # Files
 //! `config.rs` (what a run is asked to do), `neighbor.rs` (ARP and IPv6 ND, the guest's
-//! MAC), `flows.rs` (per-flow state, the sender loop, response matching), `stats.rs`
+//! MAC), `flows.rs` (per-flow state, the UDP sender loop, response matching), `tcp.rs`
+//! (TCP connections on smoltcp: pooled request/response, connect-request-response-close,
+//! bulk stream) with `tcp_wire.rs` (smoltcp's device on the emulated wire), `stats.rs`
 //! (records and the RTT histogram); this file joins them into [`LinkPartner`].
 
 mod config;
 mod flows;
 mod neighbor;
 mod stats;
+mod tcp;
+mod tcp_wire;
 
-pub use self::config::{LoopMode, PartnerConfig, PartnerError};
-pub use self::stats::{FlowRecord, LinkStats};
+pub use self::config::{LoopMode, PartnerConfig, PartnerError, Proto, TcpPattern, MAX_TCP_MSG};
+pub use self::stats::{FlowRecord, LinkStats, TcpStats};
 pub use crate::wire::echo::{echo_response, request_ids};
 pub use crate::wire::ethernet::MacAddr;
 
@@ -121,9 +125,10 @@ impl LinkPartner {
         self.inner.run.store(run.clone());
         let inner = self.inner.clone();
         let r = run.clone();
+        let tcp = run.cfg.proto == Proto::Tcp;
         let h = std::thread::Builder::new()
-            .name("link-partner".into())
-            .spawn(move || sender_loop(&inner, &r))
+            .name(if tcp { "link-partner-tcp" } else { "link-partner" }.into())
+            .spawn(move || if tcp { tcp::tcp_loop(&inner, &r) } else { sender_loop(&inner, &r) })
             .map_err(|e| PartnerError::Spawn(e.to_string()))?;
         *lock(&run.sender) = Some(h.thread().clone());
         *t = Some(h);
@@ -192,6 +197,7 @@ impl LinkPartner {
         let not_delivered = per_flow.iter().map(|f| f.not_delivered).sum();
         let lost = if stopped { requests.saturating_sub(responses) } else { run.dropped.load(Relaxed) };
         let rtt = run.rtt.summary();
+        let tcp = lock(&run.tcp).clone();
         let first = *lock(&run.first_send);
         let duration_s = first.map(|f| end.saturating_duration_since(f).as_secs_f64()).unwrap_or(0.0);
         let per_s = |n: u64| {
@@ -225,6 +231,7 @@ impl LinkPartner {
             port_unreachable: run.port_unreachable.load(Relaxed),
             other_frames: self.inner.other.load(Relaxed),
             running: !stopped,
+            tcp,
         }
     }
 }
@@ -268,9 +275,27 @@ impl GuestPeer for LinkPartner {
                 }
                 match t {
                     Some(TransportSlice::Udp(u))
-                        if Ipv4Addr::from(h.destination()) == cfg.partner_ipv4 && !ip.payload().fragmented =>
+                        if cfg.proto == Proto::Udp
+                            && Ipv4Addr::from(h.destination()) == cfg.partner_ipv4
+                            && !ip.payload().fragmented =>
                     {
                         inner.handle_udp(&run, u.source_port(), u.destination_port(), u.payload(), now)
+                    }
+                    // A segment for the TCP engine: the IPv4 packet, as long as its header says.
+                    Some(TransportSlice::Tcp(_))
+                        if Ipv4Addr::from(h.destination()) == cfg.partner_ipv4 && !ip.payload().fragmented =>
+                    {
+                        let len = usize::from(h.total_len());
+                        match (&run.tcp_input, frame.get(14..14 + len)) {
+                            (Some((tx, _)), Some(pkt)) => {
+                                if tx.try_send(pkt.to_vec()).is_err() {
+                                    run.tcp_rx_dropped.fetch_add(1, Relaxed);
+                                }
+                            }
+                            _ => {
+                                inner.other.fetch_add(1, Relaxed);
+                            }
+                        }
                     }
                     // Port unreachable: a request reached the guest before (or after) its
                     // echo server had the flow's socket.

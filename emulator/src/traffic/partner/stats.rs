@@ -70,10 +70,61 @@ pub struct LinkStats {
     /// Frames from the guest that are neither ARP/ND nor flow traffic.
     pub other_frames: u64,
     pub running: bool,
+    /// TCP runs: connections, retransmits, throughput (absent for UDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpStats>,
+}
+
+/// What a TCP run's connections did. Requests, responses and RTTs are in [`LinkStats`] as
+/// for UDP; a request is one message of `payload` bytes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TcpStats {
+    /// `rr`, `crr` or `stream`.
+    pub pattern: String,
+    /// Connection attempts (SYNs sent, not counting their retransmissions).
+    pub connects: u64,
+    /// Attempts that reached ESTABLISHED.
+    pub established: u64,
+    /// Attempts that did not: reset (no listener) or timed out.
+    pub connect_errors: u64,
+    /// Established connections that ended without our close: reset by the guest or timed out.
+    pub resets: u64,
+    /// Connections we closed that completed the FIN handshake.
+    pub closes: u64,
+    /// Closes that did not complete within the close timeout (aborted, counted here only).
+    pub close_timeouts: u64,
+    /// Segments sent again (the sequence range was sent before; SYN and FIN included).
+    pub retransmits: u64,
+    /// Segments sent in all.
+    pub segments_sent: u64,
+    /// Segments from the guest dropped because the partner's input queue was full.
+    pub rx_dropped: u64,
+    /// CRR: connections not started because every socket was busy (TIME-WAIT included).
+    pub no_free_socket: u64,
+    /// CRR: connect, request, response and close all done.
+    pub crr_completed: u64,
+    /// Connection setup time (SYN sent to ESTABLISHED), µs.
+    pub connect_us_p50: f64,
+    pub connect_us_p99: f64,
+    /// CRR: SYN sent to the response read (before our close), µs.
+    pub crr_us_p50: f64,
+    pub crr_us_p99: f64,
+    /// Payload bytes queued to the sockets and acknowledged by the guest.
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    /// Payload bytes received from the guest.
+    pub bytes_received: u64,
+    /// Acknowledged payload over the sending time, Mbit/s.
+    pub throughput_mbps: f64,
+    /// Established connections now (at the end of a stopped run: still open after the
+    /// close timeout).
+    pub open: u64,
+    /// Sockets in TIME-WAIT now (smoltcp holds it 10 s).
+    pub time_wait: u64,
 }
 
 /// Round-trip times of one run in µs: 1 µs .. 60 s, 3 significant digits.
-pub(super) struct Rtt(Mutex<Histogram<u64>>);
+pub(super) struct Rtt(pub(super) Mutex<Histogram<u64>>);
 
 /// Quantiles of a run's round-trip times in µs (all 0 before the first response).
 pub(super) struct RttSummary {

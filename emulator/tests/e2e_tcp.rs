@@ -1,0 +1,106 @@
+//! TCP end to end on the patched 7.3 kernel (v11 as posted) with the arfs_virtio module:
+//! the link partner's smoltcp connections into the guest's `arfs-echo --proto tcp`
+//! (configs/scenarios/tcp-rr.toml, tcp-crr.toml; docs/scenarios.md, "TCP"). Ignored by a
+//! plain `cargo test`; guest-tests/run-tests.sh runs them with `--ignored`.
+
+mod common;
+
+use arfsnic::report::{Report, RunReport};
+use common::{root, run_scenario};
+
+const SYSCTL: &str = "net.core.arfs_llc_affinity";
+
+fn scenario(name: &str) -> Report {
+    let text = std::fs::read_to_string(root().join(format!("configs/scenarios/{name}.toml"))).unwrap();
+    run_scenario(name, &text, &[])
+}
+
+fn steer_rate(run: &RunReport) -> f64 {
+    run.driver().and_then(|d| d.steer_calls_per_s).unwrap_or_else(|| panic!("no steer rate in {}", run.label))
+}
+
+#[test]
+#[ignore = "boots QEMU with the patched 7.3 kernel; run by guest-tests/run-tests.sh"]
+fn tcp_rr_pooled_connections_steer_and_the_sysctl_cuts_the_within_llc_moves() {
+    let r = scenario("tcp-rr");
+    let mut rates = Vec::new();
+    for run in &r.runs {
+        let tcp = run.link.tcp.as_ref().unwrap_or_else(|| panic!("{}: no link.tcp", run.label));
+        println!(
+            "{}: {} connections, {} responses ({:.0}/s), RTT p50 {} us p99 {} us, {} retransmits, Steer-C {:.1}/s, Add {:?}/s, guest accepted {}",
+            run.label,
+            tcp.established,
+            run.link.responses,
+            run.link.responses_per_s,
+            run.link.rtt_us_p50,
+            run.link.rtt_us_p99,
+            tcp.retransmits,
+            steer_rate(run),
+            run.driver().and_then(|d| d.adds_per_s),
+            run.guest.system.other["workload"]["tcp"]["accepted"],
+        );
+        assert_eq!((tcp.established, tcp.connect_errors, tcp.resets), (64, 0, 0), "{}: {tcp:?}", run.label);
+        assert!(run.link.responses > 1000, "{}: too little traffic: {:?}", run.label, run.link);
+        assert_eq!(run.link.bad_responses, 0);
+        assert_eq!(
+            run.guest.system.other["workload"]["tcp"]["accepted"], 64,
+            "{}: the guest accepted every connection",
+            run.label
+        );
+        // Every connection is a flow the module steers: its rule is for the TCP 4-tuple.
+        assert!(run.flows.iter().all(|f| f.tuple.starts_with("tcp ")), "{}", run.label);
+        assert!(run.device.filter.summary.adds > 0, "{}: no filter was added", run.label);
+        rates.push((run.sysctls.get(SYSCTL).cloned().unwrap_or_default(), steer_rate(run)));
+    }
+    let of = |v: &str| rates.iter().find(|(s, _)| s == v).map(|r| r.1).unwrap();
+    let (s0, s1) = (of("0"), of("1"));
+    println!("tcp-rr Steer-C/s: sysctl=0 {s0:.1}, sysctl=1 {s1:.1} ({:.0} % fewer)", 100.0 * (1.0 - s1 / s0));
+    assert!(s0 > 0.0, "connections moving between CPUs must steer");
+    // Work stealing over 4 CPUs in 2 LLCs: a third of the moves stay inside an LLC, and
+    // only those stop steering with the sysctl on.
+    assert!(s1 < s0, "the sysctl must remove the within-LLC steers: {s0:.1} -> {s1:.1}");
+}
+
+#[test]
+#[ignore = "boots QEMU with the patched 7.3 kernel; run by guest-tests/run-tests.sh"]
+fn tcp_crr_filters_come_and_go_without_leaks() {
+    let r = scenario("tcp-crr");
+    let run = &r.runs[0];
+    let tcp = run.link.tcp.as_ref().expect("link.tcp");
+    let d = run.driver().expect("the module reported");
+    let ft = run.filter_table.as_ref().expect("filter_table");
+    println!(
+        "tcp-crr: {} connections ({} completed, {} errors, {} no free socket), connect p50 {} us, CRR p50 {} us p99 {} us, \
+         Add {:?}/s Del {:?}/s, filter table peak {} end {}, {} rules gone {:?}/{:?}/{:?} ms (p50/p90/max) after their last packet, module rules {} (peak {})",
+        tcp.connects,
+        tcp.crr_completed,
+        tcp.connect_errors,
+        tcp.no_free_socket,
+        tcp.connect_us_p50,
+        tcp.crr_us_p50,
+        tcp.crr_us_p99,
+        d.adds_per_s,
+        d.dels_per_s,
+        ft.peak,
+        ft.at_end,
+        ft.gone,
+        ft.gone_after_last_packet_ms_p50,
+        ft.gone_after_last_packet_ms_p90,
+        ft.gone_after_last_packet_ms_max,
+        d.rules_now,
+        d.rules_peak,
+    );
+    assert!(tcp.connects >= 500, "100 connections/s for 10 s: {tcp:?}");
+    assert_eq!((tcp.connect_errors, tcp.resets, tcp.no_free_socket), (0, 0, 0), "{tcp:?}");
+    assert_eq!(tcp.crr_completed, tcp.connects, "every connection did its request and closed");
+    let w = &run.guest.system.other["workload"]["tcp"];
+    assert_eq!(w["accepted"].as_u64(), Some(tcp.connects), "{w}");
+    assert_eq!(w["open_at_end"], 0, "{w}");
+    // Connections steer and get filters, which are deleted as their flows expire.
+    assert!(d.adds_ok > 0 && d.dels_ok > 0, "{d:?}");
+    assert!(ft.gone > 0 && ft.peak > 0);
+    // No leak: after the expiry wait nothing is live, so neither the device's table nor the
+    // module holds a rule.
+    assert_eq!(ft.at_end, 0, "rules left in the device after the expiry wait: {:?}", ft.rules.last());
+    assert_eq!(d.rules_now, 0, "rules left in the module after the expiry wait");
+}
