@@ -271,3 +271,48 @@ fn tcp_without_a_server_and_with_garbage_keeps_going() {
     assert!(tcp.connects >= 4 && tcp.established == 0 && tcp.connect_errors >= 4, "{tcp:?}");
     assert_eq!(st.responses, 0);
 }
+
+/// Hostile clients inside the namespace (python3 on the loopback): a reset after 5 bytes,
+/// a message with a wrong magic, half a message then close, 200 connections opened and
+/// closed at once. The server keeps serving: the partner's pooled run afterwards is answered.
+const HOSTILE: &str = r#"
+import socket, struct, sys
+port = int(sys.argv[1])
+def conn():
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+s = conn(); s.send(b"ARFS\x00"); s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)); s.close()
+s = conn(); s.send(b"XXXX" + bytes(60)); assert s.recv(64) == b"", "a wrong magic closes the connection"; s.close()
+s = conn(); s.send(b"ARFS" + bytes(20)); s.close()
+socks = [conn() for _ in range(200)]
+for s in socks: s.close()
+s = conn(); s.send(b"ARFS" + struct.pack(">II", 3, 7) + bytes(4) + bytes(48)); r = s.recv(64)
+assert len(r) == 64 and r[:12] == b"ARFS" + struct.pack(">II", 3, 7), r
+s.close()
+print("hostile clients done")
+"#;
+
+#[test]
+#[ignore = "needs root (tap device, network namespace) and python3; guest-tests/run-tests.sh runs it as root"]
+fn tcp_server_survives_hostile_clients() {
+    let mut b = bench("ho", cfg(TcpPattern::Rr, 4, 0, 1.0));
+    serve(&mut b, &["--flows", "4", "--workers", "2", "--pattern", "work-stealing", "--duration-s", "5"]);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &b.ns, "python3", "-c", HOSTILE, &SERVER_PORT.to_string()])
+        .output()
+        .expect("python3 (needed by this test)");
+    assert!(
+        out.status.success(),
+        "hostile client script: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = run(&b);
+    assert!(st.responses > 0, "the partner is served after the hostile clients: {st:?}");
+    let g = server_json(&mut b);
+    let t = &g["tcp"];
+    eprintln!("{t}");
+    assert!(g["bad_magic"].as_u64() >= Some(1), "{g}");
+    assert!(t["accepted"].as_u64() >= Some(204 + 4), "{t}");
+    assert!(t["conn_errors"].as_u64() >= Some(2), "the reset and the wrong magic: {t}");
+    assert_eq!(t["open_at_end"], 0, "{t}");
+}

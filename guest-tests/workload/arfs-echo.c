@@ -18,6 +18,13 @@
 // request (sched_getcpu(), u32 big endian). Requests that are too short or carry a wrong
 // magic are counted and dropped.
 //
+// --proto tcp: one listening socket; the link partner connects (one connection per flow
+// slot, or a connection per request/response with tcp-crr) and sends messages of exactly
+// --msg-size bytes in the same layout; each is answered the same way (--tcp-mode echo) or
+// read and discarded (--tcp-mode sink). The flow index in a message picks the flow record
+// its counters go to. Workers and patterns as for UDP; with work-stealing the listening
+// socket and every connection sit one-shot in the shared epoll set.
+//
 // At the end one JSON object is printed on stdout between the lines
 // ARFS-ECHO-JSON-BEGIN and ARFS-ECHO-JSON-END (format: guest-tests/workload/README.md).
 
@@ -26,6 +33,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -62,6 +70,14 @@ static const char *pattern_names[NR_PATTERNS] = {
 };
 #define PATTERN_LIST "none|scheduler|hop-within-llc|hop-across-llc|work-stealing"
 
+#define MAX_MSG 65536
+#define MAX_CONNS 65536
+// epoll data of the listening socket; a connection's is (generation << 32) | index.
+#define LISTEN_EV UINT64_MAX
+
+enum proto { PROTO_UDP, PROTO_TCP };
+enum tcp_mode { TCP_ECHO, TCP_SINK };
+
 struct flow {
 	int fd;
 	uint32_t idx;
@@ -80,6 +96,22 @@ struct flow {
 	uint64_t *incoming_cpu_counts; // [ncpu_ids], per sample
 	uint64_t napi_changes;         // samples whose NAPI id differs from the previous one
 	int last_worker;               // worker that served the last request (-1: none)
+	unsigned peer_port;            // TCP: peer port of the last connection that used it
+};
+
+// A TCP connection. Under work stealing one worker at a time owns it (EPOLLONESHOT);
+// otherwise the worker whose epoll set holds it. The generation tells a stale event of a
+// closed connection from one of the connection that reuses the slot.
+struct conn {
+	int fd;               // -1: free
+	uint32_t gen;
+	uint32_t slot;        // flow record of the last message
+	unsigned peer_port;
+	uint32_t fill;        // bytes of the message being read
+	uint32_t out_off;     // reply bytes sent so far; pending while out_off < out_len
+	uint32_t out_len;
+	int epfd;             // the set it is registered in
+	unsigned char *buf;   // msg_size bytes
 };
 
 // How requests were delivered: the NAPI (RX queue) and the CPU whose softirq queued the
@@ -131,10 +163,26 @@ static struct {
 	uint32_t period_ms;
 	double duration_s;
 	int quiet;
+	enum proto proto;
+	uint32_t msg_size;
+	enum tcp_mode tcp_mode;
+	uint32_t max_conns;
 } cfg = {
 	.flows = 16, .base_port = 5000, .peer_base_port = 6000, .peer = "", .bind_addr = "",
 	.workers = 0, .pattern = PAT_NONE, .period_ms = 100, .duration_s = 10,
+	.proto = PROTO_UDP, .msg_size = 64, .tcp_mode = TCP_ECHO, .max_conns = 4096,
 };
+
+// TCP: the listening socket, the connections and their free list, the counters.
+static int listen_fd = -1;
+static struct conn *conns;
+static uint32_t *conn_free;
+static uint32_t nconn_free;
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t accepted, closed, conn_errors, refused, bytes_in, bytes_out, accept_errors;
+	uint64_t open;
+} tcp_st; // updated under conn_lock (accept/close) or with __atomic adds (bytes)
 
 static int ncpu_ids;                  // highest possible CPU id + 1
 static int online[MAX_CPUS], nonline; // online CPUs in ascending order
@@ -340,15 +388,15 @@ static int next_cpu(struct worker *w)
 	return group_cpus[ng][pos];
 }
 
-static void sample_incoming(struct flow *f)
+static void sample_incoming(struct flow *f, int fd)
 {
 	int cpu = -1;
 	unsigned napi = 0;
 	socklen_t l = sizeof(cpu);
-	if (getsockopt(f->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &l) < 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &l) < 0)
 		cpu = -1;
 	l = sizeof(napi);
-	if (getsockopt(f->fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
 		napi = 0;
 	if (f->samples && napi != f->last_napi_id)
 		f->napi_changes++;
@@ -426,7 +474,7 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 			// NAPI id/CPU then belong to the newest packet it received, so the
 			// final sample of a run is the flow's last packet.
 			if (n > 0)
-				sample_incoming(f);
+				sample_incoming(f, f->fd);
 			return;
 		}
 		if (len < 16) {
@@ -457,7 +505,276 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		else
 			f->send_errors++;
 	}
-	sample_incoming(f);
+	sample_incoming(f, f->fd);
+}
+
+// ---------------------------------------------------------------- TCP
+
+static void conn_close(struct conn *c, int error)
+{
+	close(c->fd);
+	pthread_mutex_lock(&conn_lock);
+	c->fd = -1;
+	c->gen++;
+	conn_free[nconn_free++] = (uint32_t)(c - conns);
+	tcp_st.open--;
+	if (error)
+		tcp_st.conn_errors++;
+	else
+		tcp_st.closed++;
+	pthread_mutex_unlock(&conn_lock);
+}
+
+// (Re-)register a connection: reading, or only writing while a reply is pending.
+static int conn_arm(struct conn *c, int op)
+{
+	uint32_t idx = (uint32_t)(c - conns);
+	struct epoll_event ev = {
+		.events = c->out_off < c->out_len ? EPOLLOUT : EPOLLIN,
+		.data.u64 = ((uint64_t)c->gen << 32) | idx,
+	};
+
+	if (cfg.pattern == PAT_WORK_STEALING)
+		ev.events |= EPOLLONESHOT;
+	return epoll_ctl(c->epfd, op, c->fd, &ev);
+}
+
+// Accept what is waiting (up to a batch); connections go to the shared set (work
+// stealing) or round robin to the workers' sets.
+static void tcp_accept(struct worker *w)
+{
+	static uint64_t next_worker;
+
+	for (int n = 0; n < BATCH; n++) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				__atomic_add_fetch(&tcp_st.accept_errors, 1, __ATOMIC_RELAXED);
+			return;
+		}
+		pthread_mutex_lock(&conn_lock);
+		if (!nconn_free) {
+			tcp_st.refused++;
+			pthread_mutex_unlock(&conn_lock);
+			close(fd);
+			continue;
+		}
+		struct conn *c = &conns[conn_free[nconn_free - 1]];
+		if (!c->buf && !(c->buf = malloc(cfg.msg_size))) {
+			tcp_st.refused++;
+			pthread_mutex_unlock(&conn_lock);
+			close(fd);
+			continue;
+		}
+		nconn_free--;
+		tcp_st.accepted++;
+		tcp_st.open++;
+		uint64_t k = next_worker++;
+		pthread_mutex_unlock(&conn_lock);
+
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		c->fill = 0;
+		c->out_off = c->out_len = 0;
+		c->peer_port = peer.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&peer)->sin6_port)
+							  : ntohs(((struct sockaddr_in *)&peer)->sin_port);
+		// sink: nothing names a flow, so connections take the records in accept order
+		c->slot = (uint32_t)(k % cfg.flows);
+		c->epfd = cfg.pattern == PAT_WORK_STEALING ? w->epfd : workers[k % cfg.workers].epfd;
+		if (conn_arm(c, EPOLL_CTL_ADD) < 0)
+			conn_close(c, 1);
+	}
+}
+
+// Send what is left of the pending reply. Returns -1 when the connection broke.
+static int conn_flush(struct conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->buf + c->out_off, c->out_len - c->out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		c->out_off += (uint32_t)n;
+		__atomic_add_fetch(&tcp_st.bytes_out, (uint64_t)n, __ATOMIC_RELAXED);
+	}
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
+// One whole message in c->buf: count it in its flow record and answer it.
+static int tcp_message(struct worker *w, struct conn *c)
+{
+	uint32_t fidx;
+
+	if (memcmp(c->buf, "ARFS", 4) != 0) {
+		w->bad_magic++; // the stream is out of step: nothing after this is a message
+		return -1;
+	}
+	memcpy(&fidx, c->buf + 4, 4);
+	fidx = ntohl(fidx);
+	struct flow *f = &flows[fidx < cfg.flows ? fidx : c->slot];
+	if (fidx >= cfg.flows)
+		f->flow_mismatch++;
+	else
+		c->slot = fidx;
+	f->peer_port = c->peer_port;
+	int cpu = sched_getcpu();
+	count_delivery(w, c->fd, cpu);
+	uint32_t be = htonl((uint32_t)cpu);
+	memcpy(c->buf + 12, &be, 4);
+	f->requests++;
+	w->served++;
+	if (cpu >= 0 && cpu < ncpu_ids)
+		f->cpu_counts[cpu]++;
+	f->last_cpu = cpu;
+	w->last_seen_cpu = cpu;
+	f->last_worker = w->id;
+	c->out_off = 0;
+	c->out_len = cfg.msg_size;
+	if (conn_flush(c) < 0) {
+		f->send_errors++;
+		return -1;
+	}
+	f->replies++; // sent, or its rest queued until the socket has room
+	return 0;
+}
+
+// Serve a ready connection: finish a pending reply, then read up to a batch of messages
+// (echo) or of 64 KiB reads (sink). Returns 0 to keep the connection, -1 when it was closed.
+static int tcp_serve(struct worker *w, struct conn *c, unsigned char *sinkbuf)
+{
+	int got = 0;
+
+	if (conn_flush(c) < 0) {
+		conn_close(c, 1);
+		return -1;
+	}
+	for (int n = 0; n < BATCH && c->out_off >= c->out_len; n++) {
+		unsigned char *dst = cfg.tcp_mode == TCP_SINK ? sinkbuf : c->buf + c->fill;
+		size_t want = cfg.tcp_mode == TCP_SINK ? RX_BUF : cfg.msg_size - c->fill;
+		ssize_t len = recv(c->fd, dst, want, MSG_DONTWAIT);
+
+		if (len == 0) {
+			conn_close(c, 0); // the peer closed first
+			return -1;
+		}
+		if (len < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			conn_close(c, 1); // reset, timeout
+			return -1;
+		}
+		got = 1;
+		__atomic_add_fetch(&tcp_st.bytes_in, (uint64_t)len, __ATOMIC_RELAXED);
+		if (cfg.tcp_mode == TCP_SINK) {
+			struct flow *f = &flows[c->slot];
+			uint64_t before = c->fill;
+
+			c->fill = (uint32_t)((before + (uint64_t)len) % cfg.msg_size);
+			uint64_t msgs = (before + (uint64_t)len) / cfg.msg_size;
+			int cpu = sched_getcpu();
+
+			f->requests += msgs;
+			w->served += msgs;
+			if (cpu >= 0 && cpu < ncpu_ids)
+				f->cpu_counts[cpu] += msgs;
+			f->last_cpu = cpu;
+			f->last_worker = w->id;
+			f->peer_port = c->peer_port;
+			continue;
+		}
+		c->fill += (uint32_t)len;
+		if (c->fill < cfg.msg_size)
+			continue;
+		c->fill = 0;
+		if (tcp_message(w, c) < 0) {
+			conn_close(c, 1);
+			return -1;
+		}
+	}
+	if (got)
+		sample_incoming(&flows[c->slot], c->fd);
+	return 0;
+}
+
+static void tcp_listen(void)
+{
+	struct sockaddr_storage local;
+	socklen_t len;
+	int family = AF_INET, one = 1;
+
+	memset(&local, 0, sizeof(local));
+	if (cfg.bind_addr[0] && strchr(cfg.bind_addr, ':')) {
+		struct sockaddr_in6 *l6 = (struct sockaddr_in6 *)&local;
+
+		family = AF_INET6;
+		l6->sin6_family = AF_INET6;
+		l6->sin6_port = htons((uint16_t)cfg.base_port);
+		if (inet_pton(AF_INET6, cfg.bind_addr, &l6->sin6_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(*l6);
+	} else {
+		struct sockaddr_in *l4 = (struct sockaddr_in *)&local;
+
+		l4->sin_family = AF_INET;
+		l4->sin_port = htons((uint16_t)cfg.base_port);
+		if (cfg.bind_addr[0] && inet_pton(AF_INET, cfg.bind_addr, &l4->sin_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(*l4);
+	}
+	listen_fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (listen_fd < 0)
+		die("socket: %s", strerror(errno));
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&local, len) < 0)
+		die("bind TCP port %u: %s", cfg.base_port, strerror(errno));
+	if (listen(listen_fd, 4096) < 0)
+		die("listen: %s", strerror(errno));
+	conns = calloc(cfg.max_conns, sizeof(*conns));
+	conn_free = calloc(cfg.max_conns, sizeof(*conn_free));
+	if (!conns || !conn_free)
+		die("out of memory");
+	// Message buffers are allocated when a connection first uses the slot.
+	for (uint32_t i = 0; i < cfg.max_conns; i++) {
+		conns[i].fd = -1;
+		conn_free[nconn_free++] = cfg.max_conns - 1 - i;
+	}
+}
+
+// One epoll event of the TCP server: the listening socket or a connection.
+static void serve_tcp_event(struct worker *w, uint64_t data, unsigned char *buf)
+{
+	int stealing = cfg.pattern == PAT_WORK_STEALING;
+
+	if (data == LISTEN_EV) {
+		tcp_accept(w);
+		if (stealing) {
+			struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = LISTEN_EV };
+
+			if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, listen_fd, &ev) < 0)
+				die("epoll_ctl(MOD) listening socket: %s", strerror(errno));
+		}
+		return;
+	}
+	uint32_t idx = (uint32_t)data;
+	if (idx >= cfg.max_conns)
+		return;
+	struct conn *c = &conns[idx];
+	// A closed connection's stale event, or its slot already reused by a new one that
+	// another worker owns.
+	if (c->fd < 0 || c->gen != (uint32_t)(data >> 32) || c->epfd != w->epfd)
+		return;
+	int was_pending = c->out_off < c->out_len;
+	if (tcp_serve(w, c, buf) < 0)
+		return;
+	// One-shot: re-arm (re-checks readiness, so nothing that arrived meanwhile is missed).
+	// Otherwise switch between reading and writing when a reply starts or stops pending.
+	if ((stealing || was_pending != (c->out_off < c->out_len)) && conn_arm(c, EPOLL_CTL_MOD) < 0)
+		conn_close(c, 1);
 }
 
 static void *worker_main(void *arg)
@@ -515,6 +832,10 @@ static void *worker_main(void *arg)
 			die("epoll_wait: %s", strerror(errno));
 		}
 		for (int i = 0; i < n; i++) {
+			if (cfg.proto == PROTO_TCP) {
+				serve_tcp_event(w, evs[i].data.u64, buf);
+				continue;
+			}
 			uint32_t fi = evs[i].data.u32;
 			if (fi >= cfg.flows)
 				continue;
@@ -560,7 +881,11 @@ static void usage(FILE *o)
 		"                                         serves a flow, then re-arms it (brpc-like)\n"
 		"  --period-ms M        hop period for hop-* patterns (default 100)\n"
 		"  --duration-s D       run time in seconds, fractions allowed; 0 = until SIGINT/SIGTERM (default 10)\n"
-		"  --quiet              no progress lines on stderr\n");
+		"  --quiet              no progress lines on stderr\n"
+		"  --proto udp|tcp      tcp: listen on --base-port, one connection per flow slot; --peer optional\n"
+		"  --msg-size S         tcp: message size in bytes (16..65536, default 64)\n"
+		"  --tcp-mode echo|sink tcp: answer every message (default) or read and discard\n"
+		"  --max-conns N        tcp: open connections at most (default 4096; more are accepted and closed)\n");
 }
 
 static unsigned long parse_num(const char *opt, const char *s, unsigned long max)
@@ -586,6 +911,10 @@ static void parse_args(int argc, char **argv)
 		{ "period-ms", required_argument, 0, 'm' },
 		{ "duration-s", required_argument, 0, 'd' },
 		{ "quiet", no_argument, 0, 'Q' },
+		{ "proto", required_argument, 0, 'R' },
+		{ "msg-size", required_argument, 0, 'S' },
+		{ "tcp-mode", required_argument, 0, 'M' },
+		{ "max-conns", required_argument, 0, 'C' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -600,6 +929,24 @@ static void parse_args(int argc, char **argv)
 		case 'w': cfg.workers = (uint32_t)parse_num("--workers", optarg, MAX_WORKERS); break;
 		case 'm': cfg.period_ms = (uint32_t)parse_num("--period-ms", optarg, 3600 * 1000); break;
 		case 'Q': cfg.quiet = 1; break;
+		case 'S': cfg.msg_size = (uint32_t)parse_num("--msg-size", optarg, MAX_MSG); break;
+		case 'C': cfg.max_conns = (uint32_t)parse_num("--max-conns", optarg, MAX_CONNS); break;
+		case 'R':
+			if (strcmp(optarg, "udp") == 0)
+				cfg.proto = PROTO_UDP;
+			else if (strcmp(optarg, "tcp") == 0)
+				cfg.proto = PROTO_TCP;
+			else
+				die("bad --proto '%s' (udp|tcp)", optarg);
+			break;
+		case 'M':
+			if (strcmp(optarg, "echo") == 0)
+				cfg.tcp_mode = TCP_ECHO;
+			else if (strcmp(optarg, "sink") == 0)
+				cfg.tcp_mode = TCP_SINK;
+			else
+				die("bad --tcp-mode '%s' (echo|sink)", optarg);
+			break;
 		case 'd': {
 			char *end;
 			cfg.duration_s = strtod(optarg, &end);
@@ -625,10 +972,21 @@ static void parse_args(int argc, char **argv)
 		usage(stderr);
 		exit(2);
 	}
-	if (!cfg.peer[0])
-		die("--peer is required");
 	if (cfg.flows == 0)
 		die("--flows must be >= 1");
+	if (cfg.proto == PROTO_TCP) {
+		if (cfg.base_port == 0)
+			die("--base-port must be > 0");
+		if (cfg.msg_size < 16)
+			die("--msg-size must be >= 16 (the message header)");
+		if (cfg.max_conns == 0)
+			die("--max-conns must be >= 1");
+		if ((uint64_t)cfg.max_conns * cfg.msg_size > (1ull << 30))
+			die("--max-conns x --msg-size exceeds 1 GiB of message buffers");
+		return;
+	}
+	if (!cfg.peer[0])
+		die("--peer is required");
 	if (cfg.base_port + cfg.flows - 1 > 65535 || cfg.base_port == 0)
 		die("--base-port + --flows exceeds the port range");
 	if (cfg.peer_base_port + cfg.flows - 1 > 65535 || cfg.peer_base_port == 0)
@@ -747,9 +1105,19 @@ static void print_json(double elapsed)
 	fprintf(o, "ARFS-ECHO-JSON-BEGIN\n");
 	fprintf(o, "{\"tool\":\"arfs-echo\",\"version\":1,");
 	fprintf(o, "\"config\":{\"flows\":%u,\"base_port\":%u,\"peer\":\"%s\",\"peer_base_port\":%u,"
-		   "\"workers\":%u,\"pattern\":\"%s\",\"period_ms\":%u,\"duration_s\":%.3f},",
+		   "\"workers\":%u,\"pattern\":\"%s\",\"period_ms\":%u,\"duration_s\":%.3f,\"proto\":\"%s\"},",
 		cfg.flows, cfg.base_port, cfg.peer, cfg.peer_base_port, cfg.workers,
-		pattern_names[cfg.pattern], cfg.period_ms, cfg.duration_s);
+		pattern_names[cfg.pattern], cfg.period_ms, cfg.duration_s,
+		cfg.proto == PROTO_TCP ? "tcp" : "udp");
+	if (cfg.proto == PROTO_TCP)
+		fprintf(o, "\"tcp\":{\"accepted\":%llu,\"closed\":%llu,\"conn_errors\":%llu,\"refused\":%llu,"
+			   "\"accept_errors\":%llu,\"open_at_end\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+			   "\"msg_size\":%u,\"mode\":\"%s\",\"max_conns\":%u},",
+			(unsigned long long)tcp_st.accepted, (unsigned long long)tcp_st.closed,
+			(unsigned long long)tcp_st.conn_errors, (unsigned long long)tcp_st.refused,
+			(unsigned long long)tcp_st.accept_errors, (unsigned long long)tcp_st.open,
+			(unsigned long long)tcp_st.bytes_in, (unsigned long long)tcp_st.bytes_out, cfg.msg_size,
+			cfg.tcp_mode == TCP_SINK ? "sink" : "echo", cfg.max_conns);
 	fprintf(o, "\"elapsed_s\":%.3f,\"ncpus\":%d,\"online_cpus\":[", elapsed, ncpu_ids);
 	for (int i = 0; i < nonline; i++)
 		fprintf(o, "%s%d", i ? "," : "", online[i]);
@@ -783,7 +1151,8 @@ static void print_json(double elapsed)
 		int home = cfg.pattern == PAT_WORK_STEALING ? f->last_worker : (int)(i % cfg.workers);
 		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%d,"
 			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_counts\":[",
-			i ? "," : "", i, cfg.base_port + i, cfg.peer_base_port + i, home,
+			i ? "," : "", i, cfg.proto == PROTO_TCP ? cfg.base_port : cfg.base_port + i,
+			cfg.proto == PROTO_TCP ? f->peer_port : cfg.peer_base_port + i, home,
 			(unsigned long long)f->requests, (unsigned long long)f->replies,
 			(unsigned long long)f->send_errors, f->last_cpu);
 		for (int c = 0; c < ncpu_ids; c++)
@@ -807,7 +1176,7 @@ int main(int argc, char **argv)
 	discover_llc();
 	if (cfg.workers == 0)
 		cfg.workers = (uint32_t)nonline;
-	if (cfg.workers > cfg.flows)
+	if (cfg.workers > cfg.flows && cfg.proto == PROTO_UDP)
 		cfg.workers = cfg.flows; // a worker without flows would only hop around
 
 	fprintf(stderr, "arfs-echo: %d online CPUs, %d LLC group(s) from %s:", nonline, ngroups, llc_source);
@@ -857,6 +1226,9 @@ int main(int argc, char **argv)
 		f->incoming_cpu_counts = calloc((size_t)ncpu_ids, sizeof(uint64_t));
 		if (!f->cpu_counts || !f->incoming_cpu_counts)
 			die("out of memory");
+		f->fd = -1;
+		if (cfg.proto == PROTO_TCP)
+			continue;
 		f->fd = open_flow_socket(i);
 		struct worker *wk = &workers[i % cfg.workers];
 		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = i };
@@ -868,6 +1240,19 @@ int main(int argc, char **argv)
 			die("epoll_ctl: %s", strerror(errno));
 	}
 
+	if (cfg.proto == PROTO_TCP) {
+		tcp_listen();
+		// Work stealing: one-shot in the shared set, any worker accepts. Otherwise worker
+		// 0 accepts and deals the connections out round robin.
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = LISTEN_EV };
+		if (stealing)
+			ev.events |= EPOLLONESHOT;
+		if (epoll_ctl(workers[0].epfd, EPOLL_CTL_ADD, listen_fd, &ev) < 0)
+			die("epoll_ctl(listening socket): %s", strerror(errno));
+		for (uint32_t w = 0; w < cfg.workers && !stealing; w++)
+			workers[w].nflows = 0;
+	}
+
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
@@ -875,10 +1260,15 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	fprintf(stderr, "arfs-echo: %u flows on ports %u..%u -> %s:%u..%u, %u workers, pattern %s, period %u ms, duration %.3f s\n",
-		cfg.flows, cfg.base_port, cfg.base_port + cfg.flows - 1, cfg.peer, cfg.peer_base_port,
-		cfg.peer_base_port + cfg.flows - 1, cfg.workers, pattern_names[cfg.pattern], cfg.period_ms,
-		cfg.duration_s);
+	if (cfg.proto == PROTO_TCP)
+		fprintf(stderr, "arfs-echo: TCP on port %u (%s, %u-byte messages, %u flow records, at most %u connections), %u workers, pattern %s, period %u ms, duration %.3f s\n",
+			cfg.base_port, cfg.tcp_mode == TCP_SINK ? "sink" : "echo", cfg.msg_size, cfg.flows,
+			cfg.max_conns, cfg.workers, pattern_names[cfg.pattern], cfg.period_ms, cfg.duration_s);
+	else
+		fprintf(stderr, "arfs-echo: %u flows on ports %u..%u -> %s:%u..%u, %u workers, pattern %s, period %u ms, duration %.3f s\n",
+			cfg.flows, cfg.base_port, cfg.base_port + cfg.flows - 1, cfg.peer, cfg.peer_base_port,
+			cfg.peer_base_port + cfg.flows - 1, cfg.workers, pattern_names[cfg.pattern], cfg.period_ms,
+			cfg.duration_s);
 	fprintf(stderr, "arfs-echo: ready\n");
 
 	double t0 = now_s();
@@ -904,8 +1294,13 @@ int main(int argc, char **argv)
 			uint64_t req = 0;
 			for (uint32_t i = 0; i < cfg.flows; i++)
 				req += flows[i].requests; // racy read, progress only
-			fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s)\n", now_s() - t0,
-				(unsigned long long)req, (unsigned long long)(req - last_req));
+			if (cfg.proto == PROTO_TCP)
+				fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s) connections=%llu accepted=%llu\n",
+					now_s() - t0, (unsigned long long)req, (unsigned long long)(req - last_req),
+					(unsigned long long)tcp_st.open, (unsigned long long)tcp_st.accepted);
+			else
+				fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s)\n", now_s() - t0,
+					(unsigned long long)req, (unsigned long long)(req - last_req));
 			last_req = req;
 			next_report += 1.0;
 		}
