@@ -61,8 +61,10 @@ cargo test --locked --release --test html_report -- --ignored --nocapture
 if [ "$(id -u)" = 0 ]; then
     step "tap device tests (root)"
     cargo test --locked --test traffic_tap -- --ignored --test-threads=1
+    step "TCP link partner (smoltcp) against arfs-echo --proto tcp on a real Linux stack in a namespace, no VM (tests/traffic_tcp.rs)"
+    cargo test --locked --release --test traffic_tcp -- --ignored --test-threads=1 --nocapture
 else
-    echo "SKIPPED: tests/traffic_tap.rs needs root (it creates tap devices); run this script as root" >&2
+    echo "SKIPPED: tests/traffic_tap.rs and tests/traffic_tcp.rs need root (they create tap devices); run this script as root" >&2
 fi
 step "stock Debian 7.3 (trixie-backports) and its trixie chroot for module builds"
 bash guest-tests/kernel/debian-kernel.sh 7.3
@@ -96,6 +98,9 @@ ARFSNIC_KDIR="$KDIR" cargo test --locked --release --test cli compare_writes_kta
 
 step "fidelity tests"
 cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --nocapture
+
+step "TCP end to end: pooled request/response and connect-request-response-close on the patched 7.3, no filter left after the expiry (tests/e2e_tcp.rs)"
+cargo test --locked --release --test e2e_tcp -- --ignored --test-threads=1 --nocapture
 
 step "the Debian guest (trixie image): the module built inside it, bcc's funccount against the module's counters"
 bash guest-tests/image/build-debian.sh

@@ -55,10 +55,11 @@ fn tcp_rr_pooled_connections_steer_and_the_sysctl_cuts_the_within_llc_moves() {
     let of = |v: &str| rates.iter().find(|(s, _)| s == v).map(|r| r.1).unwrap();
     let (s0, s1) = (of("0"), of("1"));
     println!("tcp-rr Steer-C/s: sysctl=0 {s0:.1}, sysctl=1 {s1:.1} ({:.0} % fewer)", 100.0 * (1.0 - s1 / s0));
-    assert!(s0 > 0.0, "connections moving between CPUs must steer");
-    // Work stealing over 4 CPUs in 2 LLCs: a third of the moves stay inside an LLC, and
-    // only those stop steering with the sysctl on.
-    assert!(s1 < s0, "the sysctl must remove the within-LLC steers: {s0:.1} -> {s1:.1}");
+    assert!(s0 > 0.0 && s1 > 0.0, "connections moving between CPUs must steer, across LLCs with the sysctl on too");
+    // Work stealing over 4 CPUs in 2 LLCs moves a third of the connections' CPU changes
+    // inside an LLC, and UDP loses about that share with the sysctl on (brpc-like: 1476 ->
+    // 974/s). TCP, measured: 502.8 -> 479.4/s, MODs 5152 vs 4982: the cause is open
+    // (docs/results.md, "TCP"), so the ratio is printed, not asserted.
 }
 
 #[test]
@@ -103,4 +104,26 @@ fn tcp_crr_filters_come_and_go_without_leaks() {
     // module holds a rule.
     assert_eq!(ft.at_end, 0, "rules left in the device after the expiry wait: {:?}", ft.rules.last());
     assert_eq!(d.rules_now, 0, "rules left in the module after the expiry wait");
+}
+
+#[test]
+#[ignore = "boots QEMU with the patched 7.3 kernel; run by guest-tests/run-tests.sh"]
+fn tcp_rr_workers_hopping_inside_their_llc_stop_steering_with_the_sysctl() {
+    // tcp-rr with workers hopping inside their own LLC every 200 ms instead of stealing:
+    // every move stays in an LLC, so the sysctl must remove (nearly) every steer, as for UDP.
+    let text = std::fs::read_to_string(root().join("configs/scenarios/tcp-rr.toml")).unwrap();
+    let text = text
+        .replace("name = \"tcp-rr\"", "name = \"tcp-rr-within\"")
+        .replace("pattern = \"work-stealing\"", "pattern = \"hop-within-llc\"\nperiod_ms = 200");
+    let r = run_scenario("tcp-rr-within", &text, &[]);
+    let of = |v: &str| {
+        let run = r.runs.iter().find(|x| x.sysctls.get(SYSCTL).map(String::as_str) == Some(v)).unwrap();
+        assert!(run.link.responses > 1000, "{}: {:?}", run.label, run.link);
+        assert_eq!(run.link.tcp.as_ref().map(|t| (t.established, t.resets)), Some((64, 0)), "{}", run.label);
+        steer_rate(run)
+    };
+    let (s0, s1) = (of("0"), of("1"));
+    println!("tcp-rr, hop-within-llc: Steer-C/s {s0:.1} -> {s1:.1}");
+    assert!(s0 >= 20.0, "hops must steer with the sysctl off: {s0:.1}/s");
+    assert!(s1 <= 0.05 * s0, "moves inside an LLC must stop steering with the sysctl on: {s0:.1} -> {s1:.1}");
 }

@@ -54,8 +54,10 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
     let group_of = |cpu: u32| llc.get(&cpu).copied();
     let irq_cpu = irq_cpu_per_queue(guest);
     let by_tuple: HashMap<&str, &RuleView> = rules.iter().map(|r| (r.flow.as_str(), r)).collect();
-    // A TCP flow is a connection slot: its last connection's 4-tuple.
+    // A TCP flow is a connection slot: its last connection's 4-tuple. A CRR slot's last
+    // connection is closed at the end, so none of them can be stuck.
     let proto = if link.tcp.is_some() { "tcp" } else { "udp" };
+    let crr = link.tcp.as_ref().is_some_and(|t| t.pattern == "crr");
     link.per_flow
         .iter()
         .map(|f| {
@@ -82,7 +84,8 @@ pub fn flow_view(link: &LinkStats, guest: &Value, rules: &[RuleView], traffic_st
                 irq_cpu: irq,
                 same_llc,
                 via_rss_only_ms: f.via_rss_only_ms,
-                stuck_without_filter: f.responses > 0
+                stuck_without_filter: !crr
+                    && f.responses > 0
                     && rule.is_none()
                     && f.via_rss_only_ms.is_some_and(|ms| ms >= STUCK_AFTER_MS)
                     && same_llc == Some(false),
