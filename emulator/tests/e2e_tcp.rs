@@ -21,7 +21,7 @@ fn steer_rate(run: &RunReport) -> f64 {
 
 #[test]
 #[ignore = "boots QEMU with the patched 7.3 kernel; run by guest-tests/run-tests.sh"]
-fn tcp_rr_pooled_connections_steer_and_the_sysctl_cuts_the_within_llc_moves() {
+fn tcp_rr_pooled_connections_under_work_stealing_steer_at_both_settings() {
     let r = scenario("tcp-rr");
     let mut rates = Vec::new();
     for run in &r.runs {
