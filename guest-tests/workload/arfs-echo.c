@@ -23,7 +23,7 @@
 // --msg-size bytes in the same layout; each is answered the same way (--tcp-mode echo) or
 // read and discarded (--tcp-mode sink). The flow index in a message picks the flow record
 // its counters go to. Workers and patterns as for UDP; with work-stealing the listening
-// socket and every connection sit one-shot in the shared epoll set (arfs-echo-tcp.c).
+// socket and every connection sit one-shot in the shared epoll set.
 //
 // At the end one JSON object is printed on stdout between the lines
 // ARFS-ECHO-JSON-BEGIN and ARFS-ECHO-JSON-END (format: guest-tests/workload/README.md).
@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -48,10 +49,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arfs-echo.h"
-
+#define MAX_FLOWS 65536
 #define MAX_WORKERS 1024
 #define MAX_CPUS 1024
+#define RX_BUF 65536
+#define BATCH 64
 // Delivery tables (count_delivery()): open addressing, at most half full, so a probe
 // always ends at a free slot. Per worker while serving, merged into one at the end.
 #define DELIV_SLOTS 1024
@@ -59,18 +61,130 @@
 #define DELIV_OUT_SLOTS 4096
 #define DELIV_OUT_MAX (DELIV_OUT_SLOTS / 2)
 
+enum pattern {
+	PAT_NONE, PAT_SCHEDULER, PAT_HOP_WITHIN_LLC, PAT_HOP_ACROSS_LLC, PAT_WORK_STEALING,
+	NR_PATTERNS
+};
 static const char *pattern_names[NR_PATTERNS] = {
 	"none", "scheduler", "hop-within-llc", "hop-across-llc", "work-stealing",
 };
 #define PATTERN_LIST "none|scheduler|hop-within-llc|hop-across-llc|work-stealing"
 
-struct config cfg = {
+#define MAX_MSG 65536
+#define MAX_CONNS 65536
+// epoll data of the listening socket; a connection's is (generation << 32) | index.
+#define LISTEN_EV UINT64_MAX
+
+enum proto { PROTO_UDP, PROTO_TCP };
+enum tcp_mode { TCP_ECHO, TCP_SINK };
+
+struct flow {
+	int fd;
+	uint32_t idx;
+	uint64_t requests;   // valid requests received
+	uint64_t replies;    // replies sent successfully
+	uint64_t send_errors;
+	uint64_t flow_mismatch; // payload flow index != socket's flow index (still answered)
+	int last_cpu;
+	uint64_t *cpu_counts; // [ncpu_ids]
+	// Sampled once per wakeup of the socket (not per packet): SO_INCOMING_CPU is the CPU
+	// that ran the protocol receive for the last datagram (after RPS/RFS steering),
+	// SO_INCOMING_NAPI_ID identifies the RX queue's NAPI context it arrived on.
+	uint64_t samples;
+	int last_incoming_cpu;
+	unsigned last_napi_id;
+	uint64_t *incoming_cpu_counts; // [ncpu_ids], per sample
+	uint64_t napi_changes;         // samples whose NAPI id differs from the previous one
+	int last_worker;               // worker that served the last request (-1: none)
+	unsigned peer_port;            // TCP: peer port of the last connection that used it
+};
+
+// A TCP connection. Under work stealing one worker at a time owns it (EPOLLONESHOT);
+// otherwise the worker whose epoll set holds it. The generation tells a stale event of a
+// closed connection from one of the connection that reuses the slot.
+struct conn {
+	int fd;               // -1: free
+	uint32_t gen;
+	uint32_t slot;        // flow record of the last message
+	unsigned peer_port;
+	uint32_t fill;        // bytes of the message being read
+	uint32_t out_off;     // reply bytes sent so far; pending while out_off < out_len
+	uint32_t out_len;
+	int epfd;             // the set it is registered in
+	unsigned char *buf;   // msg_size bytes
+};
+
+// How requests were delivered: the NAPI (RX queue) and the CPU whose softirq queued the
+// datagram to the socket (SO_INCOMING_NAPI_ID, SO_INCOMING_CPU: after RPS/RFS), and the
+// CPU that served it (sched_getcpu()). count == 0 marks a free slot.
+struct delivery {
+	unsigned napi_id;
+	int incoming_cpu;
+	int app_cpu;
+	uint64_t count;
+};
+
+struct deliv_table {
+	struct delivery *slot; // [nslots], nslots a power of two
+	uint32_t nslots;
+	uint32_t max;          // distinct triples kept at most (<= nslots / 2)
+	uint32_t used;
+	uint64_t overflow;     // requests whose triple found the table full
+};
+
+struct worker {
+	pthread_t thr;
+	int id;
+	int epfd;       // work-stealing: the shared epoll set
+	int start_cpu;  // -1: not pinned
+	int cur_cpu;    // CPU it is pinned to now (-1: not pinned)
+	int last_seen_cpu;
+	uint64_t migrations;      // successful pin changes
+	uint64_t migrate_errors;
+	uint64_t hops;
+	uint64_t bad_short;
+	uint64_t bad_magic;
+	uint64_t recv_errors;
+	uint64_t served;
+	uint32_t nflows; // work-stealing: every flow (all are in the shared set)
+	uint32_t *flows; // flow indices (unused with work-stealing)
+	struct deliv_table deliv;
+	char pad[64];
+};
+
+static struct {
+	uint32_t flows;
+	uint32_t base_port;
+	uint32_t peer_base_port;
+	char peer[64];
+	char bind_addr[64];
+	uint32_t workers;
+	enum pattern pattern;
+	uint32_t period_ms;
+	double duration_s;
+	int quiet;
+	enum proto proto;
+	uint32_t msg_size;
+	enum tcp_mode tcp_mode;
+	uint32_t max_conns;
+} cfg = {
 	.flows = 16, .base_port = 5000, .peer_base_port = 6000, .peer = "", .bind_addr = "",
 	.workers = 0, .pattern = PAT_NONE, .period_ms = 100, .duration_s = 10,
 	.proto = PROTO_UDP, .msg_size = 64, .tcp_mode = TCP_ECHO, .max_conns = 4096,
 };
 
-int ncpu_ids;                         // highest possible CPU id + 1
+// TCP: the listening socket, the connections and their free list, the counters.
+static int listen_fd = -1;
+static struct conn *conns;
+static uint32_t *conn_free;
+static uint32_t nconn_free;
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t accepted, closed, conn_errors, refused, bytes_in, bytes_out, accept_errors;
+	uint64_t open;
+} tcp_st; // updated under conn_lock (accept/close) or with __atomic adds (bytes)
+
+static int ncpu_ids;                  // highest possible CPU id + 1
 static int online[MAX_CPUS], nonline; // online CPUs in ascending order
 static int llc_of[MAX_CPUS];          // group index per CPU id, -1 if offline/unknown
 static int ngroups;
@@ -78,12 +192,12 @@ static int group_cpus[MAX_CPUS][256];
 static int group_size[MAX_CPUS];
 static const char *llc_source = "none";
 
-struct flow *flows;
-struct worker *workers;
+static struct flow *flows;
+static struct worker *workers;
 static volatile sig_atomic_t stop_flag;
 static double hop_epoch; // hop-* patterns: the workers' common start (now_s())
 
-void die(const char *fmt, ...)
+static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -274,38 +388,23 @@ static int next_cpu(struct worker *w)
 	return group_cpus[ng][pos];
 }
 
-// Where the newest packet queued to the socket arrived: SO_INCOMING_CPU (-1 when
-// getsockopt fails) and SO_INCOMING_NAPI_ID (0 when it fails).
-void read_incoming(int fd, int *cpu, unsigned *napi)
+static void sample_incoming(struct flow *f, int fd)
 {
-	socklen_t l = sizeof(*cpu);
-	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, cpu, &l) < 0)
-		*cpu = -1;
-	l = sizeof(*napi);
-	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, napi, &l) < 0)
-		*napi = 0;
-}
-
-// One sample of a flow's incoming CPU/NAPI (once per socket wakeup). TCP connections that
-// share a record may add samples at the same time, hence the atomic adds.
-void record_incoming(struct flow *f, int cpu, unsigned napi)
-{
+	int cpu = -1;
+	unsigned napi = 0;
+	socklen_t l = sizeof(cpu);
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &l) < 0)
+		cpu = -1;
+	l = sizeof(napi);
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
+		napi = 0;
 	if (f->samples && napi != f->last_napi_id)
-		flow_add(&f->napi_changes, 1);
-	flow_add(&f->samples, 1);
+		f->napi_changes++;
+	f->samples++;
 	f->last_incoming_cpu = cpu;
 	f->last_napi_id = napi;
 	if (cpu >= 0 && cpu < ncpu_ids)
-		flow_add(&f->incoming_cpu_counts[cpu], 1);
-}
-
-static void sample_incoming(struct flow *f, int fd)
-{
-	int cpu;
-	unsigned napi;
-
-	read_incoming(fd, &cpu, &napi);
-	record_incoming(f, cpu, napi);
+		f->incoming_cpu_counts[cpu]++;
 }
 
 static int deliv_init(struct deliv_table *t, uint32_t nslots, uint32_t max)
@@ -318,7 +417,7 @@ static int deliv_init(struct deliv_table *t, uint32_t nslots, uint32_t max)
 	return t->slot ? 0 : -1;
 }
 
-void deliv_add(struct deliv_table *t, unsigned napi, int in_cpu, int app_cpu, uint64_t n)
+static void deliv_add(struct deliv_table *t, unsigned napi, int in_cpu, int app_cpu, uint64_t n)
 {
 	uint32_t h = napi * 0x9e3779b1u;
 	uint32_t mask = t->nslots - 1;
@@ -350,12 +449,17 @@ void deliv_add(struct deliv_table *t, unsigned napi, int in_cpu, int app_cpu, ui
 // Per request: count its (NAPI id, incoming CPU, app CPU) triple. The socket options
 // describe the newest datagram queued to the socket, which is this request only when it
 // was alone in the receive queue (docs/measuring.md, "Trade-off columns").
-void count_delivery(struct worker *w, int fd, int app_cpu)
+static void count_delivery(struct worker *w, int fd, int app_cpu)
 {
-	int in_cpu;
-	unsigned napi;
+	int in_cpu = -1;
+	unsigned napi = 0;
+	socklen_t l = sizeof(in_cpu);
 
-	read_incoming(fd, &in_cpu, &napi);
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_CPU, &in_cpu, &l) < 0)
+		in_cpu = -1;
+	l = sizeof(napi);
+	if (getsockopt(fd, SOL_SOCKET, SO_INCOMING_NAPI_ID, &napi, &l) < 0)
+		napi = 0;
 	deliv_add(&w->deliv, napi, in_cpu, app_cpu, 1);
 }
 
@@ -402,6 +506,275 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 			f->send_errors++;
 	}
 	sample_incoming(f, f->fd);
+}
+
+// ---------------------------------------------------------------- TCP
+
+static void conn_close(struct conn *c, int error)
+{
+	close(c->fd);
+	pthread_mutex_lock(&conn_lock);
+	c->fd = -1;
+	c->gen++;
+	conn_free[nconn_free++] = (uint32_t)(c - conns);
+	tcp_st.open--;
+	if (error)
+		tcp_st.conn_errors++;
+	else
+		tcp_st.closed++;
+	pthread_mutex_unlock(&conn_lock);
+}
+
+// (Re-)register a connection: reading, or only writing while a reply is pending.
+static int conn_arm(struct conn *c, int op)
+{
+	uint32_t idx = (uint32_t)(c - conns);
+	struct epoll_event ev = {
+		.events = c->out_off < c->out_len ? EPOLLOUT : EPOLLIN,
+		.data.u64 = ((uint64_t)c->gen << 32) | idx,
+	};
+
+	if (cfg.pattern == PAT_WORK_STEALING)
+		ev.events |= EPOLLONESHOT;
+	return epoll_ctl(c->epfd, op, c->fd, &ev);
+}
+
+// Accept what is waiting (up to a batch); connections go to the shared set (work
+// stealing) or round robin to the workers' sets.
+static void tcp_accept(struct worker *w)
+{
+	static uint64_t next_worker;
+
+	for (int n = 0; n < BATCH; n++) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				__atomic_add_fetch(&tcp_st.accept_errors, 1, __ATOMIC_RELAXED);
+			return;
+		}
+		pthread_mutex_lock(&conn_lock);
+		if (!nconn_free) {
+			tcp_st.refused++;
+			pthread_mutex_unlock(&conn_lock);
+			close(fd);
+			continue;
+		}
+		struct conn *c = &conns[conn_free[nconn_free - 1]];
+		if (!c->buf && !(c->buf = malloc(cfg.msg_size))) {
+			tcp_st.refused++;
+			pthread_mutex_unlock(&conn_lock);
+			close(fd);
+			continue;
+		}
+		nconn_free--;
+		tcp_st.accepted++;
+		tcp_st.open++;
+		uint64_t k = next_worker++;
+		pthread_mutex_unlock(&conn_lock);
+
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		c->fill = 0;
+		c->out_off = c->out_len = 0;
+		c->peer_port = peer.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&peer)->sin6_port)
+							  : ntohs(((struct sockaddr_in *)&peer)->sin_port);
+		// sink: nothing names a flow, so connections take the records in accept order
+		c->slot = (uint32_t)(k % cfg.flows);
+		c->epfd = cfg.pattern == PAT_WORK_STEALING ? w->epfd : workers[k % cfg.workers].epfd;
+		if (conn_arm(c, EPOLL_CTL_ADD) < 0)
+			conn_close(c, 1);
+	}
+}
+
+// Send what is left of the pending reply. Returns -1 when the connection broke.
+static int conn_flush(struct conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->buf + c->out_off, c->out_len - c->out_off, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		c->out_off += (uint32_t)n;
+		__atomic_add_fetch(&tcp_st.bytes_out, (uint64_t)n, __ATOMIC_RELAXED);
+	}
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
+// One whole message in c->buf: count it in its flow record and answer it.
+static int tcp_message(struct worker *w, struct conn *c)
+{
+	uint32_t fidx;
+
+	if (memcmp(c->buf, "ARFS", 4) != 0) {
+		w->bad_magic++; // the stream is out of step: nothing after this is a message
+		return -1;
+	}
+	memcpy(&fidx, c->buf + 4, 4);
+	fidx = ntohl(fidx);
+	struct flow *f = &flows[fidx < cfg.flows ? fidx : c->slot];
+	if (fidx >= cfg.flows)
+		f->flow_mismatch++;
+	else
+		c->slot = fidx;
+	f->peer_port = c->peer_port;
+	int cpu = sched_getcpu();
+	count_delivery(w, c->fd, cpu);
+	uint32_t be = htonl((uint32_t)cpu);
+	memcpy(c->buf + 12, &be, 4);
+	f->requests++;
+	w->served++;
+	if (cpu >= 0 && cpu < ncpu_ids)
+		f->cpu_counts[cpu]++;
+	f->last_cpu = cpu;
+	w->last_seen_cpu = cpu;
+	f->last_worker = w->id;
+	c->out_off = 0;
+	c->out_len = cfg.msg_size;
+	if (conn_flush(c) < 0) {
+		f->send_errors++;
+		return -1;
+	}
+	f->replies++; // sent, or its rest queued until the socket has room
+	return 0;
+}
+
+// Serve a ready connection: finish a pending reply, then read up to a batch of messages
+// (echo) or of 64 KiB reads (sink). Returns 0 to keep the connection, -1 when it was closed.
+static int tcp_serve(struct worker *w, struct conn *c, unsigned char *sinkbuf)
+{
+	int got = 0;
+
+	if (conn_flush(c) < 0) {
+		conn_close(c, 1);
+		return -1;
+	}
+	for (int n = 0; n < BATCH && c->out_off >= c->out_len; n++) {
+		unsigned char *dst = cfg.tcp_mode == TCP_SINK ? sinkbuf : c->buf + c->fill;
+		size_t want = cfg.tcp_mode == TCP_SINK ? RX_BUF : cfg.msg_size - c->fill;
+		ssize_t len = recv(c->fd, dst, want, MSG_DONTWAIT);
+
+		if (len == 0) {
+			conn_close(c, 0); // the peer closed first
+			return -1;
+		}
+		if (len < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			conn_close(c, 1); // reset, timeout
+			return -1;
+		}
+		got = 1;
+		__atomic_add_fetch(&tcp_st.bytes_in, (uint64_t)len, __ATOMIC_RELAXED);
+		if (cfg.tcp_mode == TCP_SINK) {
+			struct flow *f = &flows[c->slot];
+			uint64_t before = c->fill;
+
+			c->fill = (uint32_t)((before + (uint64_t)len) % cfg.msg_size);
+			uint64_t msgs = (before + (uint64_t)len) / cfg.msg_size;
+			int cpu = sched_getcpu();
+
+			f->requests += msgs;
+			w->served += msgs;
+			if (cpu >= 0 && cpu < ncpu_ids)
+				f->cpu_counts[cpu] += msgs;
+			f->last_cpu = cpu;
+			f->last_worker = w->id;
+			f->peer_port = c->peer_port;
+			continue;
+		}
+		c->fill += (uint32_t)len;
+		if (c->fill < cfg.msg_size)
+			continue;
+		c->fill = 0;
+		if (tcp_message(w, c) < 0) {
+			conn_close(c, 1);
+			return -1;
+		}
+	}
+	if (got)
+		sample_incoming(&flows[c->slot], c->fd);
+	return 0;
+}
+
+static void tcp_listen(void)
+{
+	struct sockaddr_storage local;
+	socklen_t len;
+	int family = AF_INET, one = 1;
+
+	memset(&local, 0, sizeof(local));
+	if (cfg.bind_addr[0] && strchr(cfg.bind_addr, ':')) {
+		struct sockaddr_in6 *l6 = (struct sockaddr_in6 *)&local;
+
+		family = AF_INET6;
+		l6->sin6_family = AF_INET6;
+		l6->sin6_port = htons((uint16_t)cfg.base_port);
+		if (inet_pton(AF_INET6, cfg.bind_addr, &l6->sin6_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(*l6);
+	} else {
+		struct sockaddr_in *l4 = (struct sockaddr_in *)&local;
+
+		l4->sin_family = AF_INET;
+		l4->sin_port = htons((uint16_t)cfg.base_port);
+		if (cfg.bind_addr[0] && inet_pton(AF_INET, cfg.bind_addr, &l4->sin_addr) != 1)
+			die("bad --bind address '%s'", cfg.bind_addr);
+		len = sizeof(*l4);
+	}
+	listen_fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (listen_fd < 0)
+		die("socket: %s", strerror(errno));
+	setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(listen_fd, (struct sockaddr *)&local, len) < 0)
+		die("bind TCP port %u: %s", cfg.base_port, strerror(errno));
+	if (listen(listen_fd, 4096) < 0)
+		die("listen: %s", strerror(errno));
+	conns = calloc(cfg.max_conns, sizeof(*conns));
+	conn_free = calloc(cfg.max_conns, sizeof(*conn_free));
+	if (!conns || !conn_free)
+		die("out of memory");
+	// Message buffers are allocated when a connection first uses the slot.
+	for (uint32_t i = 0; i < cfg.max_conns; i++) {
+		conns[i].fd = -1;
+		conn_free[nconn_free++] = cfg.max_conns - 1 - i;
+	}
+}
+
+// One epoll event of the TCP server: the listening socket or a connection.
+static void serve_tcp_event(struct worker *w, uint64_t data, unsigned char *buf)
+{
+	int stealing = cfg.pattern == PAT_WORK_STEALING;
+
+	if (data == LISTEN_EV) {
+		tcp_accept(w);
+		if (stealing) {
+			struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = LISTEN_EV };
+
+			if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, listen_fd, &ev) < 0)
+				die("epoll_ctl(MOD) listening socket: %s", strerror(errno));
+		}
+		return;
+	}
+	uint32_t idx = (uint32_t)data;
+	if (idx >= cfg.max_conns)
+		return;
+	struct conn *c = &conns[idx];
+	// A closed connection's stale event, or its slot already reused by a new one that
+	// another worker owns.
+	if (c->fd < 0 || c->gen != (uint32_t)(data >> 32) || c->epfd != w->epfd)
+		return;
+	int was_pending = c->out_off < c->out_len;
+	if (tcp_serve(w, c, buf) < 0)
+		return;
+	// One-shot: re-arm (re-checks readiness, so nothing that arrived meanwhile is missed).
+	// Otherwise switch between reading and writing when a reply starts or stops pending.
+	if ((stealing || was_pending != (c->out_off < c->out_len)) && conn_arm(c, EPOLL_CTL_MOD) < 0)
+		conn_close(c, 1);
 }
 
 static void *worker_main(void *arg)
@@ -737,7 +1110,14 @@ static void print_json(double elapsed)
 		pattern_names[cfg.pattern], cfg.period_ms, cfg.duration_s,
 		cfg.proto == PROTO_TCP ? "tcp" : "udp");
 	if (cfg.proto == PROTO_TCP)
-		tcp_print_json(o);
+		fprintf(o, "\"tcp\":{\"accepted\":%llu,\"closed\":%llu,\"conn_errors\":%llu,\"refused\":%llu,"
+			   "\"accept_errors\":%llu,\"open_at_end\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu,"
+			   "\"msg_size\":%u,\"mode\":\"%s\",\"max_conns\":%u},",
+			(unsigned long long)tcp_st.accepted, (unsigned long long)tcp_st.closed,
+			(unsigned long long)tcp_st.conn_errors, (unsigned long long)tcp_st.refused,
+			(unsigned long long)tcp_st.accept_errors, (unsigned long long)tcp_st.open,
+			(unsigned long long)tcp_st.bytes_in, (unsigned long long)tcp_st.bytes_out, cfg.msg_size,
+			cfg.tcp_mode == TCP_SINK ? "sink" : "echo", cfg.max_conns);
 	fprintf(o, "\"elapsed_s\":%.3f,\"ncpus\":%d,\"online_cpus\":[", elapsed, ncpu_ids);
 	for (int i = 0; i < nonline; i++)
 		fprintf(o, "%s%d", i ? "," : "", online[i]);
@@ -767,10 +1147,8 @@ static void print_json(double elapsed)
 	fprintf(o, "],\"flows\":[");
 	for (uint32_t i = 0; i < cfg.flows; i++) {
 		struct flow *f = &flows[i];
-		// Work stealing has no home worker, and a TCP record none either (its connections
-		// are dealt out in accept order): report the one that served the last request.
-		int home = cfg.pattern == PAT_WORK_STEALING || cfg.proto == PROTO_TCP ? f->last_worker
-										       : (int)(i % cfg.workers);
+		// work-stealing has no home worker: report the one that served the last request
+		int home = cfg.pattern == PAT_WORK_STEALING ? f->last_worker : (int)(i % cfg.workers);
 		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%d,"
 			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_counts\":[",
 			i ? "," : "", i, cfg.proto == PROTO_TCP ? cfg.base_port : cfg.base_port + i,
@@ -863,9 +1241,14 @@ int main(int argc, char **argv)
 	}
 
 	if (cfg.proto == PROTO_TCP) {
+		tcp_listen();
 		// Work stealing: one-shot in the shared set, any worker accepts. Otherwise worker
 		// 0 accepts and deals the connections out round robin.
-		tcp_listen();
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = LISTEN_EV };
+		if (stealing)
+			ev.events |= EPOLLONESHOT;
+		if (epoll_ctl(workers[0].epfd, EPOLL_CTL_ADD, listen_fd, &ev) < 0)
+			die("epoll_ctl(listening socket): %s", strerror(errno));
 		for (uint32_t w = 0; w < cfg.workers && !stealing; w++)
 			workers[w].nflows = 0;
 	}
@@ -911,14 +1294,11 @@ int main(int argc, char **argv)
 			uint64_t req = 0;
 			for (uint32_t i = 0; i < cfg.flows; i++)
 				req += flows[i].requests; // racy read, progress only
-			if (cfg.proto == PROTO_TCP) {
-				uint64_t open, accepted;
-
-				tcp_progress(&open, &accepted);
+			if (cfg.proto == PROTO_TCP)
 				fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s) connections=%llu accepted=%llu\n",
 					now_s() - t0, (unsigned long long)req, (unsigned long long)(req - last_req),
-					(unsigned long long)open, (unsigned long long)accepted);
-			} else
+					(unsigned long long)tcp_st.open, (unsigned long long)tcp_st.accepted);
+			else
 				fprintf(stderr, "arfs-echo: t=%.0fs requests=%llu (+%llu/s)\n", now_s() - t0,
 					(unsigned long long)req, (unsigned long long)(req - last_req));
 			last_req = req;
