@@ -102,6 +102,9 @@ cargo test --locked --release --test e2e_llc -- --ignored --test-threads=1 --noc
 step "TCP end to end: pooled request/response and connect-request-response-close on the patched 7.3, no filter left after the expiry (tests/e2e_tcp.rs)"
 cargo test --locked --release --test e2e_tcp -- --ignored --test-threads=1 --nocapture
 
+step "the seed's pod: 16 vCPUs, 512 pooled TCP connections, work stealing; the Steer-C drop matches the topology's within-LLC share (2 LLCs) and is >= 99 % in one LLC (tests/e2e_pod.rs)"
+cargo test --locked --release --test e2e_pod -- --ignored --test-threads=1 --nocapture
+
 step "the Debian guest (trixie image): the module built inside it, bcc's funccount against the module's counters"
 bash guest-tests/image/build-debian.sh
 cargo test --locked --release --test e2e_debian -- --ignored --test-threads=1 --nocapture
