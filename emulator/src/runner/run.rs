@@ -88,7 +88,7 @@ fn append_line(s: &Scenario, run: &Run) -> String {
     a.join(" ")
 }
 
-fn partner_config(s: &Scenario) -> PartnerConfig {
+pub(super) fn partner_config(s: &Scenario) -> PartnerConfig {
     PartnerConfig {
         partner_ipv4: PARTNER_IP,
         guest_ipv4: GUEST_IP,

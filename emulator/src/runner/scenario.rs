@@ -410,6 +410,8 @@ impl Scenario {
                 check_pow2(&format!("runs[{i}].rps_flow_cnt"), n, true)?;
             }
         }
+        // What the link partner will be asked to do, checked before any VM boots.
+        super::run::partner_config(self).validate().map_err(|e| err("traffic", e.to_string()))?;
         for (k, val) in self.sysctls.iter().chain(self.runs.iter().flat_map(|r| r.sysctls.iter())) {
             if k.contains(['=', ',', ' ']) || val.contains([',', ' ']) {
                 return Err(err("sysctls", format!("{k}={val}: names and values may not contain '=', ',' or spaces")));
@@ -471,7 +473,8 @@ workers = 2
 "#;
 
     fn with(traffic: &str, guest: &str) -> Result<(), ConfigError> {
-        let t = BASE
+        let base = if traffic.contains("flows") { BASE.replace("flows = 8\n", "") } else { BASE.to_string() };
+        let t = base
             .replace("[traffic]\n", &format!("[traffic]\n{traffic}\n"))
             .replace("[guest]\n", &format!("[guest]\n{guest}\n"));
         let s: Scenario = toml::from_str(&t).unwrap();
@@ -490,6 +493,12 @@ workers = 2
             ("pattern = \"crr\"\nrate_pps = 0", "proto = \"tcp\"", "traffic.rate_pps", "connections per second"),
             ("payload = 2000", "", "traffic.payload", "16 and 1400"),
             ("payload = 70000", "proto = \"tcp\"", "traffic.payload", "16 and 65536"),
+            (
+                "flows = 16384\npayload = 65536\nmode = \"closed\"\nwindow = 4",
+                "proto = \"tcp\"",
+                "traffic",
+                "exceeds 512 MiB",
+            ),
         ];
         for (t, g, field, msg) in cases {
             let e = with(t, g).unwrap_err();

@@ -142,7 +142,9 @@ pub(super) fn buffer_sizes(pattern: TcpPattern, msg: usize, outstanding: usize) 
     let floor = msg.max(4096);
     match pattern {
         TcpPattern::Stream => (4096, (msg * 4).clamp(256 << 10, 1 << 20)),
-        _ => {
+        // One request per connection.
+        TcpPattern::Crr => (floor, floor),
+        TcpPattern::Rr => {
             let b = (msg * outstanding.max(1)).clamp(floor, 1 << 20);
             (b, b)
         }
@@ -707,5 +709,6 @@ mod tests {
         assert_eq!(buffer_sizes(TcpPattern::Rr, 1000, 16), (16000, 16000));
         assert_eq!(buffer_sizes(TcpPattern::Rr, 65536, 1024), (1 << 20, 1 << 20));
         assert_eq!(buffer_sizes(TcpPattern::Stream, 64, 1).1, 256 << 10);
+        assert_eq!(buffer_sizes(TcpPattern::Crr, 64, 1024), (4096, 4096), "a CRR socket holds one request");
     }
 }
