@@ -204,6 +204,7 @@ fn tcp_rr_pooled_connections_against_arfs_echo() {
     // Every connection carried requests, each in its own slot, and the RTTs are real.
     assert!(st.per_flow.iter().all(|f| f.responses > 0 && f.cpu_counts.iter().sum::<u64>() == f.responses));
     assert!(st.rtt_us_p50 > 0.0 && st.rtt_us_p99 >= st.rtt_us_p50);
+    assert_eq!(st.rtt_hist_log2_us.iter().sum::<u64>(), st.responses, "one RTT per response in the histogram");
     let g = server_json(&mut b);
     assert_eq!(g["tcp"]["accepted"], 16, "{g}");
     assert_eq!(g["requests"].as_u64(), Some(st.responses + st.lost), "guest served every request we sent: {g}");

@@ -217,6 +217,7 @@ impl LinkPartner {
             rtt_us_p99: rtt.p99,
             rtt_us_max: rtt.max,
             rtt_us_mean: rtt.mean,
+            rtt_hist_log2_us: rtt.log2_us,
             duration_s,
             requests_per_s: per_s(requests),
             responses_per_s: per_s(responses),

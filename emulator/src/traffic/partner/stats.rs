@@ -50,6 +50,10 @@ pub struct LinkStats {
     pub rtt_us_p99: f64,
     pub rtt_us_max: f64,
     pub rtt_us_mean: f64,
+    /// The RTT histogram: entry i counts round trips of 2^i up to 2^(i+1) µs (entry 0: up
+    /// to 2 µs), trailing empty entries left out.
+    #[serde(default)]
+    pub rtt_hist_log2_us: Vec<u64>,
     /// Seconds from the first request to the end of sending (or now).
     pub duration_s: f64,
     pub requests_per_s: f64,
@@ -132,6 +136,7 @@ pub(super) struct RttSummary {
     pub(super) p99: f64,
     pub(super) max: f64,
     pub(super) mean: f64,
+    pub(super) log2_us: Vec<u64>,
 }
 
 impl Rtt {
@@ -148,14 +153,53 @@ impl Rtt {
     pub(super) fn summary(&self) -> RttSummary {
         let h = lock(&self.0);
         if h.is_empty() {
-            RttSummary { p50: 0.0, p99: 0.0, max: 0.0, mean: 0.0 }
+            RttSummary { p50: 0.0, p99: 0.0, max: 0.0, mean: 0.0, log2_us: Vec::new() }
         } else {
             RttSummary {
                 p50: h.value_at_quantile(0.5) as f64,
                 p99: h.value_at_quantile(0.99) as f64,
                 max: h.max() as f64,
                 mean: h.mean(),
+                log2_us: log2_buckets(&h),
             }
         }
+    }
+}
+
+/// Counts per power-of-two bucket of µs (bucket i: 2^i up to 2^(i+1)), as far as the
+/// last non-empty bucket.
+fn log2_buckets(h: &Histogram<u64>) -> Vec<u64> {
+    let mut b = Vec::new();
+    for v in h.iter_recorded() {
+        let i = (63 - v.value_iterated_to().max(1).leading_zeros()) as usize;
+        if b.len() <= i {
+            b.resize(i + 1, 0);
+        }
+        b[i] += v.count_at_value();
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtt_histogram_counts_per_power_of_two() {
+        let r = Rtt::new();
+        for us in [1u64, 3, 3, 100, 1000, 1023, 1024] {
+            r.record(Duration::from_micros(us));
+        }
+        let s = r.summary();
+        // 1 -> [1,2); 3 -> [2,4); 100 -> [64,128); 1000, 1023 -> [512,1024); 1024 -> [1024,2048)
+        let mut want = vec![0u64; 11];
+        want[0] = 1;
+        want[1] = 2;
+        want[6] = 1;
+        want[9] = 2;
+        want[10] = 1;
+        assert_eq!(s.log2_us, want);
+        assert_eq!(s.log2_us.iter().sum::<u64>(), 7);
+        assert!(Rtt::new().summary().log2_us.is_empty());
     }
 }
