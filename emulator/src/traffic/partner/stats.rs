@@ -52,7 +52,7 @@ pub struct LinkStats {
     pub rtt_us_mean: f64,
     /// The RTT histogram: entry i counts round trips of 2^i up to 2^(i+1) µs (entry 0: up
     /// to 2 µs), trailing empty entries left out.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rtt_hist_log2_us: Vec<u64>,
     /// Seconds from the first request to the end of sending (or now).
     pub duration_s: f64,
