@@ -18,7 +18,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// CPU numbers in responses at or above this are treated as malformed (bounds `cpu_counts`).
-const MAX_CPUS: u32 = 4096;
+pub(super) const MAX_CPUS: u32 = 4096;
 /// Queue numbers at or above this are not histogrammed (bounds `queue_counts`).
 const MAX_QUEUES: u16 = 1024;
 /// Largest number of requests the pacer sends back to back.
@@ -127,6 +127,31 @@ impl Run {
         }
     }
 
+    /// A valid response `seq` on flow `i` from guest CPU `cpu` (UDP and TCP): its request
+    /// leaves the in-flight table, the flow's CPU histogram and the RTT record it. Returns
+    /// whether the flow's table was full before (a closed loop's sender waits for room),
+    /// or `None` when the request was not outstanding (counted late).
+    pub(super) fn complete(&self, i: usize, seq: u32, cpu: u32, now: Instant) -> Option<bool> {
+        let mut f = self.flow(i)?;
+        let Some(pos) = f.inflight.iter().position(|&(s, _)| s == seq) else {
+            drop(f);
+            self.late.fetch_add(1, Relaxed);
+            return None;
+        };
+        let full_before = f.inflight.len() >= self.cfg.in_flight_cap();
+        let (_, sent) = f.inflight.remove(pos).unwrap_or((seq, now));
+        f.rec.responses += 1;
+        f.rec.last_cpu = Some(cpu);
+        let c = cpu as usize;
+        if f.rec.cpu_counts.len() <= c {
+            f.rec.cpu_counts.resize(c + 1, 0);
+        }
+        f.rec.cpu_counts[c] += 1;
+        drop(f);
+        self.rtt.record(now.saturating_duration_since(sent));
+        Some(full_before)
+    }
+
     pub(super) fn in_flight(&self) -> u64 {
         self.flows.iter().map(|f| lock(f).inflight.len() as u64).sum()
     }
@@ -159,26 +184,8 @@ impl Inner {
             run.bad.fetch_add(1, Relaxed);
             return;
         }
-        let Some(mut f) = run.flow(i as usize) else {
-            return;
-        };
-        let Some(pos) = f.inflight.iter().position(|&(s, _)| s == seq) else {
-            drop(f);
-            run.late.fetch_add(1, Relaxed);
-            return;
-        };
-        let full_before = f.inflight.len() >= cfg.in_flight_cap();
-        let (_, sent) = f.inflight.remove(pos).unwrap_or((seq, now));
-        f.rec.responses += 1;
-        f.rec.last_cpu = Some(cpu);
-        let c = cpu as usize;
-        if f.rec.cpu_counts.len() <= c {
-            f.rec.cpu_counts.resize(c + 1, 0);
-        }
-        f.rec.cpu_counts[c] += 1;
-        drop(f);
-        run.rtt.record(now.saturating_duration_since(sent));
-        if full_before && cfg.mode == LoopMode::Closed {
+        let full_before = run.complete(i as usize, seq, cpu, now);
+        if full_before == Some(true) && cfg.mode == LoopMode::Closed {
             run.wake_sender();
         }
     }

@@ -22,7 +22,7 @@
 //! smoltcp's next timer or the next paced send. Socket buffers are allocated at the start
 //! of the run and bounded by [`super::config`]'s checks.
 
-use super::flows::{record_delivery, Run};
+use super::flows::{record_delivery, Run, MAX_CPUS};
 use super::neighbor::ARP_RETRY;
 use super::stats::TcpStats;
 use super::tcp_wire::Wire;
@@ -49,8 +49,6 @@ const RECONNECT_AFTER: Duration = Duration::from_millis(100);
 const MAX_WAIT: Duration = Duration::from_millis(20);
 /// Largest number of messages or connections started back to back.
 const BURST: u64 = 32;
-/// CPU numbers in responses at or above this are malformed (as for UDP).
-const MAX_CPUS: u32 = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -607,22 +605,7 @@ impl Engine<'_> {
             run.bad.fetch_add(1, Relaxed);
             return;
         }
-        let Some(mut f) = run.flows.get(i).map(lock) else { return };
-        let Some(pos) = f.inflight.iter().position(|&(s, _)| s == seq) else {
-            drop(f);
-            run.late.fetch_add(1, Relaxed);
-            return;
-        };
-        let (_, sent) = f.inflight.remove(pos).unwrap_or((seq, now));
-        f.rec.responses += 1;
-        f.rec.last_cpu = Some(cpu);
-        let c = cpu as usize;
-        if f.rec.cpu_counts.len() <= c {
-            f.rec.cpu_counts.resize(c + 1, 0);
-        }
-        f.rec.cpu_counts[c] += 1;
-        drop(f);
-        run.rtt.record(now.saturating_duration_since(sent));
+        run.complete(i, seq, cpu, now);
     }
 
     /// Where the NIC put each segment sent since the last call, and the wire counters.
