@@ -81,45 +81,52 @@ impl Tx<'_> {
         }
     }
 
-    /// Count the segment in `self.ip` as a retransmission when its sequence range ends at or
-    /// before what its connection has sent already. Returns the partner port.
+    /// Count the segment in `self.ip` as a retransmission when it is one. Returns the
+    /// partner port.
     fn check_retransmit(&mut self) -> Option<u16> {
-        let ip = Ipv4Packet::new_checked(&self.ip[..]).ok()?;
-        if ip.next_header() != IpProtocol::Tcp {
-            return None;
-        }
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-        let port = tcp.src_port();
-        let seq = tcp.seq_number().0 as u32;
-        let len = tcp.segment_len() as u32;
-        if len == 0 {
-            return Some(port);
-        }
-        let end = seq.wrapping_add(len);
-        if tcp.syn() && !tcp.ack() {
-            // A new connection on this port starts its own sequence space; the same SYN
-            // again is a retransmission.
-            match self.sent.get(&port) {
-                Some(&(isn, _)) if isn == seq => self.retransmits += 1,
-                _ => {
-                    self.sent.insert(port, (seq, end));
-                }
-            }
-            return Some(port);
-        }
-        match self.sent.get_mut(&port) {
-            Some((_, max)) => {
-                if (end.wrapping_sub(*max) as i32) <= 0 {
-                    self.retransmits += 1;
-                } else {
-                    *max = end;
-                }
-            }
-            None => {
-                self.sent.insert(port, (seq, end));
-            }
+        let (port, again) = classify(&mut self.sent, &self.ip)?;
+        if again {
+            self.retransmits += 1;
         }
         Some(port)
+    }
+}
+
+/// A TCP segment the partner sends (an IPv4 packet): its source port, and whether it is a
+/// retransmission — its sequence range ends at or before what its connection has sent
+/// already, or it is the same SYN again. `sent` holds per port the connection's initial
+/// sequence number and the end of what was sent so far. `None`: not IPv4/TCP.
+fn classify(sent: &mut HashMap<u16, (u32, u32)>, ip: &[u8]) -> Option<(u16, bool)> {
+    let ip = Ipv4Packet::new_checked(ip).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let port = tcp.src_port();
+    let seq = tcp.seq_number().0 as u32;
+    let len = tcp.segment_len() as u32;
+    if len == 0 {
+        return Some((port, false));
+    }
+    let end = seq.wrapping_add(len);
+    if tcp.syn() && !tcp.ack() {
+        // A new connection on this port starts its own sequence space.
+        if sent.get(&port).is_some_and(|&(isn, _)| isn == seq) {
+            return Some((port, true));
+        }
+        sent.insert(port, (seq, end));
+        return Some((port, false));
+    }
+    match sent.get_mut(&port) {
+        Some((_, max)) if (end.wrapping_sub(*max) as i32) <= 0 => Some((port, true)),
+        Some((_, max)) => {
+            *max = end;
+            Some((port, false))
+        }
+        None => {
+            sent.insert(port, (seq, end));
+            Some((port, false))
+        }
     }
 }
 
@@ -169,5 +176,35 @@ impl<'b> Device for Wire<'b> {
         c.medium = Medium::Ip;
         c.max_transmission_unit = MTU;
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn segment(port: u16, seq: u32, syn: bool, payload: &[u8]) -> Vec<u8> {
+        let b = PacketBuilder::ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64).tcp(port, 7000, seq, 1024);
+        let b = if syn { b.syn() } else { b.ack(1) };
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v
+    }
+
+    #[test]
+    fn retransmissions_are_segments_sent_before() {
+        let mut sent = HashMap::new();
+        let mut c = |ip: &[u8]| classify(&mut sent, ip);
+        assert_eq!(c(&segment(9000, 100, true, b"")), Some((9000, false)), "SYN");
+        assert_eq!(c(&segment(9000, 100, true, b"")), Some((9000, true)), "the same SYN again");
+        assert_eq!(c(&segment(9000, 101, false, &[0; 64])), Some((9000, false)));
+        assert_eq!(c(&segment(9000, 101, false, &[0; 64])), Some((9000, true)), "the same data again");
+        assert_eq!(c(&segment(9000, 165, false, b"")), Some((9000, false)), "a pure ACK is never one");
+        assert_eq!(c(&segment(9000, 165, false, &[0; 64])), Some((9000, false)));
+        assert_eq!(c(&segment(9001, 5, false, &[0; 8])), Some((9001, false)), "another connection");
+        assert_eq!(c(&segment(9000, 7000, true, b"")), Some((9000, false)), "a new connection on the port");
+        assert_eq!(c(&segment(9000, u32::MAX - 3, false, &[0; 8])), Some((9000, true)), "before the new ISN");
+        assert_eq!(c(&[0x45, 0, 0]), None, "not a packet");
     }
 }
