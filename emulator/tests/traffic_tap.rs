@@ -9,8 +9,11 @@
 //! That test is `#[ignore]`d: a plain `cargo test` lists it as ignored. As root,
 //! `cargo test --test traffic_tap -- --ignored` runs it; run that way without root it fails.
 
+mod common;
+
 use arfsnic::traffic::tap::{TapError, TapPeer};
 use arfsnic::traffic::{Delivery, GuestPeer, ToGuest};
+use common::{ip, is_root};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use std::fs::File;
@@ -32,18 +35,6 @@ impl ToGuest for FakeNic {
         let _ = self.tx.send(frame.to_vec());
         Delivery { queue: Some(0), delivered: true, filter: None }
     }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running `ip` (iproute2 must be installed)");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
 /// Deletes the namespace (and with it anything left inside) when the test ends, pass or fail.

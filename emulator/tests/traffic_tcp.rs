@@ -9,9 +9,12 @@
 //! Needs root (tap, `ip netns`), iproute2 and gcc with glibc's static libraries; the tests
 //! are `#[ignore]`d and guest-tests/run-tests.sh runs them as root.
 
+mod common;
+
 use arfsnic::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig, Proto, TcpPattern};
 use arfsnic::traffic::tap::TapPeer;
 use arfsnic::traffic::{Delivery, GuestPeer, ToGuest};
+use common::{ip, is_root};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -21,18 +24,6 @@ use std::time::{Duration, Instant};
 const PARTNER_IP: Ipv4Addr = Ipv4Addr::new(10, 231, 78, 1);
 const GUEST_IP: Ipv4Addr = Ipv4Addr::new(10, 231, 78, 2);
 const SERVER_PORT: u16 = 5600;
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running `ip` (iproute2 must be installed)");
-    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
 
 /// `arfs-echo`, built once per test process from guest-tests/workload.
 fn arfs_echo() -> PathBuf {

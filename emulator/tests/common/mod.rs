@@ -65,3 +65,17 @@ pub fn hook_steps(output: &str) -> Vec<(String, String, i32)> {
     }
     out
 }
+
+/// Whether this process runs as root (the tap and namespace tests need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Run iproute2's `ip` with `args`; a failure fails the test with ip's message.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running `ip` (iproute2 must be installed)");
+    assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
