@@ -208,7 +208,12 @@ if [ -n "$MODDIR" ]; then
     index_modules
     # virtio_pci: the PCI transport; virtio_net: the NIC. Anything built in is skipped.
     roots="virtio_pci virtio_net"
-    [ "$DISK_ROOT" = 0 ] || roots="$roots virtio_blk ext4"
+    # ext4 of kernels before 6.14 has a soft dependency on crc32c ("pre: crypto-crc32c",
+    # which modules.dep leaves out; without it: "EXT4-fs (vda): Cannot load crc32c
+    # driver" on Debian 6.12): the generic implementation goes in first where it is a module.
+    crc=""
+    [ -z "${MODPATH[crc32c_generic]:-}" ] || crc=crc32c_generic
+    [ "$DISK_ROOT" = 0 ] || roots="$roots virtio_blk $crc ext4"
     for root in $roots; do visit "$root"; done
     : > "$R/lib/modules/arfsnic/order"
     for n in "${ORDER[@]}"; do
