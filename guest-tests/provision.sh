@@ -4,7 +4,8 @@
 # Run as root. Idempotent: a second run only verifies and rewrites $OUT/kernels.env.
 #
 #   - enables bookworm-backports (if missing) and installs qemu-system-x86 10.x from it
-#   - installs busybox-static, cpio, gzip, xz-utils, kmod, iproute2, ethtool, build tools
+#   - installs busybox-static, cpio, gzip, xz-utils, kmod, iproute2, ethtool, build tools,
+#     and the host-side TCP clients of guest-tests/e2e/tap-tcp.sh (sockperf, iperf3)
 #   - installs two stock Debian guest kernels + headers: newest 6.1.0-N-amd64 and
 #     newest 6.12.X+deb12-amd64 (picked with apt-cache search; the newest 6.12 comes from
 #     bookworm-security, older 6.12 builds are in bookworm main)
@@ -40,7 +41,7 @@ export INITRD=No
 APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
 
 BASE_PKGS=(busybox-static cpio gzip xz-utils kmod iproute2 ethtool build-essential flex bison bc
-           libelf-dev libssl-dev python3)
+           libelf-dev libssl-dev python3 sockperf iperf3)
 
 pkg_installed() { # pkg...
     local p
