@@ -109,6 +109,13 @@ step "the Debian guest (trixie image): the module built inside it, bcc's funccou
 bash guest-tests/image/build-debian.sh
 cargo test --locked --release --test e2e_debian -- --ignored --test-threads=1 --nocapture
 
+step "tap mode with real TCP clients: sockperf ping-pong/under-load and iperf3 -P 64 from a namespace against the Debian guest's servers, Steer-C/s from the module (guest-tests/e2e/tap-tcp.sh)"
+if [ "$(id -u)" = 0 ]; then
+    bash guest-tests/e2e/tap-tcp.sh
+else
+    echo "SKIPPED: guest-tests/e2e/tap-tcp.sh needs root (network namespace, tap device); run this script as root" >&2
+fi
+
 step "the kernel's NIC selftests on the Debian guest: results as recorded in guest-tests/selftests/expected-patched-7.3.txt (docs/selftests.md)"
 bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py rss_ctx.py
 
