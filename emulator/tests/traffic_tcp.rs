@@ -11,7 +11,7 @@
 
 mod common;
 
-use arfsnic::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig, Proto, TcpPattern};
+use arfsnic::traffic::partner::{LinkPartner, LinkStats, LoopMode, PartnerConfig, Proto, TcpClose, TcpPattern};
 use arfsnic::traffic::tap::TapPeer;
 use arfsnic::traffic::{Delivery, GuestPeer, ToGuest};
 use common::{ip, is_root};
@@ -219,6 +219,33 @@ fn tcp_crr_connections_come_and_go() {
     let g = server_json(&mut b);
     assert_eq!(g["tcp"]["accepted"].as_u64(), Some(tcp.connects), "{g}");
     assert_eq!(g["tcp"]["closed"].as_u64(), Some(tcp.connects), "{g}");
+    assert_eq!(g["tcp"]["open_at_end"], 0);
+}
+
+#[test]
+#[ignore = "needs root (tap device, network namespace); guest-tests/run-tests.sh runs it as root"]
+fn tcp_crr_with_resets_recycles_a_few_ports() {
+    // 8 sockets over 16 ports, reset after the response: at 200/s each 4-tuple comes back
+    // about 12 times a second, and Linux takes every new SYN on it (no TIME-WAIT anywhere).
+    let c = PartnerConfig { tcp_ports: 16, tcp_close: TcpClose::Rst, ..cfg(TcpPattern::Crr, 8, 200, 3.0) };
+    let mut b = bench("rst", c);
+    serve(&mut b, &["--flows", "8", "--workers", "2", "--duration-s", "6"]);
+    let st = run(&b);
+    let tcp = st.tcp.clone().expect("tcp stats");
+    assert!(tcp.connects >= 400, "200 connections/s for 3 s over 8 sockets: {tcp:?}");
+    assert_eq!((tcp.connect_errors, tcp.close_timeouts), (0, 0), "{tcp:?}");
+    assert_eq!(tcp.crr_completed, tcp.connects, "every connection did its request and was reset: {tcp:?}");
+    assert_eq!(st.responses, tcp.connects);
+    assert_eq!(tcp.time_wait, 0, "a reset leaves no TIME-WAIT: {tcp:?}");
+    // Only the 16 ports were used, each many times.
+    let ports: std::collections::BTreeSet<u16> = st.per_flow.iter().map(|f| f.partner_port).collect();
+    assert!(ports.iter().all(|p| (20000..20016).contains(p)), "ports outside the range: {ports:?}");
+    let g = server_json(&mut b);
+    assert_eq!(
+        g["tcp"]["accepted"].as_u64(),
+        Some(tcp.connects),
+        "the guest accepted every SYN on a reused 4-tuple: {g}"
+    );
     assert_eq!(g["tcp"]["open_at_end"], 0);
 }
 

@@ -17,7 +17,7 @@ use crate::report::schema::{
     ControlReport, DeviceReport, DriverReport, FilterReport, GuestReport, GuestSystem, OfferedLoad, PerSecond, RunLogs,
     RunReport,
 };
-use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig, Proto, TcpPattern};
+use crate::traffic::partner::{LinkPartner, LoopMode, PartnerConfig, Proto, TcpClose, TcpPattern};
 use crate::traffic::remote::{RemotePort, Segment};
 use crate::vhost::{Backend, BackendCounters};
 use anyhow::{anyhow, bail, Context};
@@ -109,6 +109,8 @@ pub(super) fn partner_config(s: &Scenario) -> PartnerConfig {
             "stream" => TcpPattern::Stream,
             _ => TcpPattern::Rr,
         },
+        tcp_ports: s.traffic.ports,
+        tcp_close: if s.traffic.close == "rst" { TcpClose::Rst } else { TcpClose::Fin },
         ..PartnerConfig::default()
     }
 }
@@ -530,6 +532,7 @@ pub(crate) fn run_one(
         rps_ipi_per_s,
         remote_pct: deliveries.and_then(|d| d.remote_pct()),
         cross_llc_pct: deliveries.and_then(|d| d.cross_llc_pct()),
+        rfs_miss_pct: deliveries.and_then(|d| d.rfs_miss_pct()),
         logs: RunLogs { serial: q.serial_log.clone(), qemu_stderr: q.stderr_log.clone() },
         boot_attempts: 0,
         boot_failures: Vec::new(),

@@ -171,6 +171,17 @@ pub struct Traffic {
     /// (docs/scenarios.md, "TCP").
     #[serde(default = "d_traffic_pattern")]
     pub pattern: String,
+    /// TCP: the partner's ports cycle through this many from its base port (0: all up to
+    /// 65535). A small range against the guest's one listener port makes 4-tuples recur.
+    #[serde(default)]
+    pub ports: u32,
+    /// TCP `crr`: `fin` (the partner closes with FIN and keeps TIME-WAIT 10 s) or `rst`
+    /// (it resets after the response; its port is free at once).
+    #[serde(default = "d_close")]
+    pub close: String,
+}
+fn d_close() -> String {
+    "fin".into()
 }
 fn d_traffic_pattern() -> String {
     "rr".into()
@@ -359,6 +370,28 @@ impl Scenario {
             }
             (p, _) => return Err(err("traffic.pattern", format!("{p:?} is not rr, crr or stream"))),
         }
+        match (self.traffic.close.as_str(), self.traffic.pattern.as_str()) {
+            ("fin", _) | ("rst", "crr") => {}
+            ("rst", p) => {
+                return Err(err(
+                    "traffic.close",
+                    format!("\"rst\" is for crr, not {p} (pooled connections close with FIN)"),
+                ))
+            }
+            (c, _) => return Err(err("traffic.close", format!("{c:?} is not fin or rst"))),
+        }
+        if self.traffic.ports != 0 && !tcp {
+            return Err(err("traffic.ports", "is for TCP (UDP flow i uses port base + i)"));
+        }
+        if self.traffic.ports != 0 && self.traffic.ports < self.traffic.flows {
+            return Err(err(
+                "traffic.ports",
+                format!(
+                    "{} ports for {} connections: every connection needs a port of its own",
+                    self.traffic.ports, self.traffic.flows
+                ),
+            ));
+        }
         if self.traffic.pattern == "crr" && self.traffic.rate_pps == 0 {
             return Err(err("traffic.rate_pps", "crr needs a rate (connections per second)"));
         }
@@ -491,6 +524,20 @@ workers = 2
             ("pattern = \"rrr\"", "", "traffic.pattern", "not rr, crr or stream"),
             ("", "proto = \"sctp\"", "guest.proto", "not udp or tcp"),
             ("pattern = \"crr\"\nrate_pps = 0", "proto = \"tcp\"", "traffic.rate_pps", "connections per second"),
+            (
+                "pattern = \"crr\"\nrate_pps = 10\nflows = 64\nports = 32",
+                "proto = \"tcp\"",
+                "traffic.ports",
+                "needs a port",
+            ),
+            ("ports = 100", "", "traffic.ports", "is for TCP"),
+            ("close = \"rst\"", "proto = \"tcp\"", "traffic.close", "is for crr"),
+            (
+                "pattern = \"crr\"\nrate_pps = 10\nclose = \"abort\"",
+                "proto = \"tcp\"",
+                "traffic.close",
+                "not fin or rst",
+            ),
             ("payload = 2000", "", "traffic.payload", "16 and 1400"),
             ("payload = 70000", "proto = \"tcp\"", "traffic.payload", "16 and 65536"),
             (

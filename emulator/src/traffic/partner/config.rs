@@ -39,6 +39,20 @@ pub enum TcpPattern {
     Stream,
 }
 
+/// How a TCP connection of the partner ends (`crr`; pooled connections end only at the
+/// end of the run, always with FIN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TcpClose {
+    /// FIN handshake; the partner's socket then spends smoltcp's 10 s TIME-WAIT before
+    /// its port is used again.
+    #[default]
+    Fin,
+    /// Reset after the response (SO_LINGER 0-like): the port is free at once, so a small
+    /// `tcp_ports` range recycles 4-tuples within a fraction of a second.
+    Rst,
+}
+
 /// Largest TCP message (request/response) in bytes.
 pub const MAX_TCP_MSG: usize = 65536;
 /// Most TCP sockets a run may hold (each is a smoltcp socket with its buffers).
@@ -85,6 +99,12 @@ pub struct PartnerConfig {
     /// (`rr`, `stream`) or of sockets cycling through connect/close (`crr`, where
     /// `rate_pps` counts connections per second).
     pub tcp_pattern: TcpPattern,
+    /// TCP only: the partner's ports are `partner_base_port ..
+    /// partner_base_port + tcp_ports` (0: every port up to 65535). A small range makes
+    /// 4-tuples recur (`crr`), as a load tester against one listener port does.
+    pub tcp_ports: u32,
+    /// TCP `crr` only: how each connection ends.
+    pub tcp_close: TcpClose,
 }
 
 impl Default for PartnerConfig {
@@ -108,6 +128,8 @@ impl Default for PartnerConfig {
             max_in_flight_per_flow: 1024,
             proto: Proto::Udp,
             tcp_pattern: TcpPattern::Rr,
+            tcp_ports: 0,
+            tcp_close: TcpClose::Fin,
         }
     }
 }
@@ -195,6 +217,22 @@ impl PartnerConfig {
                 self.partner_base_port, self.flows
             ));
         }
+        let span = u32::from(u16::MAX - self.partner_base_port) + 1;
+        if self.tcp_ports > span {
+            return bad(format!(
+                "tcp_ports {} exceeds the {span} ports from partner_base_port {} to 65535",
+                self.tcp_ports, self.partner_base_port
+            ));
+        }
+        if self.tcp_ports != 0 && self.tcp_ports < self.flows {
+            return bad(format!(
+                "tcp_ports {} is fewer than flows {}: every connection needs its own port",
+                self.tcp_ports, self.flows
+            ));
+        }
+        if self.tcp_close == TcpClose::Rst && self.tcp_pattern != TcpPattern::Crr {
+            return bad("tcp_close = rst is for crr (pooled connections close with FIN)".into());
+        }
         if !(MIN_PAYLOAD..=MAX_TCP_MSG).contains(&self.payload) {
             return bad(format!(
                 "payload (the TCP message) must be {MIN_PAYLOAD}..={MAX_TCP_MSG} bytes, got {}",
@@ -263,6 +301,9 @@ mod tests {
             (PartnerConfig { flows: MAX_TCP_SOCKETS + 1, partner_base_port: 1024, ..tcp.clone() }, "sockets"),
             (PartnerConfig { flows: 4096, payload: 65536, window: 16, ..tcp.clone() }, "MiB"),
             (PartnerConfig { guest_base_port: 0, ..tcp.clone() }, "guest_base_port"),
+            (PartnerConfig { tcp_ports: 8, flows: 64, ..tcp.clone() }, "fewer than flows"),
+            (PartnerConfig { tcp_ports: 65000, ..tcp.clone() }, "exceeds"),
+            (PartnerConfig { tcp_close: TcpClose::Rst, ..tcp.clone() }, "for crr"),
         ];
         for (b, field) in bad_tcp {
             let e = b.validate().unwrap_err().to_string();

@@ -37,7 +37,7 @@ mod stats;
 mod tcp;
 mod tcp_wire;
 
-pub use self::config::{LoopMode, PartnerConfig, PartnerError, Proto, TcpPattern, MAX_TCP_MSG};
+pub use self::config::{LoopMode, PartnerConfig, PartnerError, Proto, TcpClose, TcpPattern, MAX_TCP_MSG};
 pub use self::stats::{FlowRecord, LinkStats, TcpStats};
 pub use crate::wire::echo::{echo_response, request_ids};
 pub use crate::wire::ethernet::MacAddr;

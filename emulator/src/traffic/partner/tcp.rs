@@ -9,6 +9,10 @@
 //!   request, reads the response and closes (TCP_CRR-like). The partner closes first, so
 //!   the socket spends smoltcp's TIME-WAIT (10 s) before it is free again: `flows` must be
 //!   at least about `rate_pps` × 11 or connections are skipped (`no_free_socket`).
+//!   With `tcp_close = Rst` the partner resets after the response instead: no TIME-WAIT on
+//!   either side, the port is free at once, and a small `tcp_ports` range makes the same
+//!   4-tuples come back within a fraction of a second (one listener port, a load tester's
+//!   small 4-tuple space).
 //! - `stream`: `flows` connections keep their send buffers full of messages; the guest
 //!   (`--tcp-mode sink`) reads and discards. Throughput is acknowledged bytes over time.
 //!
@@ -26,7 +30,7 @@ use super::flows::{record_delivery, Run, MAX_CPUS};
 use super::neighbor::ARP_RETRY;
 use super::stats::TcpStats;
 use super::tcp_wire::Wire;
-use super::{lock, Inner, LoopMode, TcpPattern};
+use super::{lock, Inner, LoopMode, TcpClose, TcpPattern};
 use crate::wire::echo::{Header, HEADER_LEN};
 use hdrhistogram::Histogram;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -321,10 +325,14 @@ impl Engine<'_> {
     /// A partner port for a new connection that no live connection uses.
     fn take_port(&mut self) -> Option<u16> {
         let base = self.run.cfg.partner_base_port;
-        let span = u32::from(u16::MAX - base) + 1;
+        let span = match self.run.cfg.tcp_ports {
+            0 => u32::from(u16::MAX - base) + 1,
+            n => n.min(u32::from(u16::MAX - base) + 1),
+        };
+        let last = (u32::from(base) + span - 1) as u16;
         for _ in 0..span {
             let p = self.next_port;
-            self.next_port = if p == u16::MAX { base } else { p + 1 };
+            self.next_port = if p >= last { base } else { p + 1 };
             if !self.ports.contains_key(&p) {
                 return Some(p);
             }
@@ -587,8 +595,17 @@ impl Engine<'_> {
             self.response(i, now);
             if self.run.cfg.tcp_pattern == TcpPattern::Crr && self.slots[i].phase == Phase::Open {
                 self.crr_h.saturating_record(us(now.saturating_duration_since(self.slots[i].started)));
-                sockets.get_mut::<tcp::Socket>(handle).close();
-                self.slots[i].phase = Phase::Closing { since: now };
+                let s = sockets.get_mut::<tcp::Socket>(handle);
+                if self.run.cfg.tcp_close == TcpClose::Rst {
+                    // The RST leaves with the next poll; the slot waits in TimeWait (not
+                    // Idle) until then, so no new connect() reuses the socket first.
+                    s.abort();
+                    self.closed();
+                    self.slots[i].phase = Phase::TimeWait;
+                } else {
+                    s.close();
+                    self.slots[i].phase = Phase::Closing { since: now };
+                }
                 return;
             }
         }
