@@ -112,6 +112,11 @@ pub struct RunReport {
     /// (`sched_getcpu()`), as a share of the requests counted (%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_llc_pct: Option<f64>,
+    /// RFS misses: requests processed in softirq (`SO_INCOMING_CPU`) on another CPU than
+    /// the one whose thread read them (`sched_getcpu()`), as a share of the requests
+    /// counted (%). RFS exists to make these two the same CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rfs_miss_pct: Option<f64>,
     pub logs: RunLogs,
     /// Boots this run needed (2 after one boot failure).
     pub boot_attempts: u32,

@@ -69,6 +69,8 @@ pub struct Deliveries {
     pub counted: u64,
     /// Of those, processed in softirq on another CPU than their queue's IRQ CPU.
     pub remote: u64,
+    /// Of `counted`, processed in softirq on another CPU than the app CPU (RFS misses).
+    pub app_miss: u64,
     /// Of `counted`, those whose IRQ CPU and app CPU both have an LLC group.
     pub llc_known: u64,
     /// Of `llc_known`, those whose queue's IRQ CPU is in another LLC than the app CPU.
@@ -82,6 +84,11 @@ impl Deliveries {
     /// `remote` over `counted` (%).
     pub fn remote_pct(&self) -> Option<f64> {
         (self.counted > 0).then(|| 100.0 * self.remote as f64 / self.counted as f64)
+    }
+
+    /// `app_miss` over `counted` (%).
+    pub fn rfs_miss_pct(&self) -> Option<f64> {
+        (self.counted > 0).then(|| 100.0 * self.app_miss as f64 / self.counted as f64)
     }
 
     /// `cross_llc` over `llc_known` (%).
@@ -118,6 +125,9 @@ pub fn deliveries(guest: &Value) -> Option<Deliveries> {
         d.counted = d.counted.saturating_add(count);
         if incoming != irq {
             d.remote = d.remote.saturating_add(count);
+        }
+        if incoming != app {
+            d.app_miss = d.app_miss.saturating_add(count);
         }
         if let (Some(gi), Some(ga)) = (llc.get(&irq), llc.get(&app)) {
             d.llc_known = d.llc_known.saturating_add(count);
@@ -184,11 +194,14 @@ mod tests {
             [8193, 0, 0, 50], // queue 0, softirq on its IRQ CPU, served there
             [8193, 1, 1, 20], // queue 0, handed to CPU 1 (same LLC)
             [8195, 0, 0, 20], // queue 2 (IRQ CPU 2), handed to CPU 0: remote, cross-LLC
-            [8196, 3, 1, 10], // queue 3, not handed over, served in the other LLC
+            [8196, 3, 1, 10], // queue 3, not handed over, served in the other LLC: an RFS miss
         ]));
         let d = deliveries(&g).unwrap();
-        assert_eq!(d, Deliveries { counted: 100, remote: 40, llc_known: 100, cross_llc: 30, unmapped: 0 });
-        assert_eq!((d.remote_pct(), d.cross_llc_pct()), (Some(40.0), Some(30.0)));
+        assert_eq!(
+            d,
+            Deliveries { counted: 100, remote: 40, app_miss: 10, llc_known: 100, cross_llc: 30, unmapped: 0 }
+        );
+        assert_eq!((d.remote_pct(), d.cross_llc_pct(), d.rfs_miss_pct()), (Some(40.0), Some(30.0), Some(10.0)));
     }
 
     #[test]
