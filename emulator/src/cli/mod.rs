@@ -204,6 +204,11 @@ pub struct DemoArgs {
     /// Scenarios to run (names in configs/scenarios/ or files), comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = crate::runner::demo::DEFAULT_SCENARIOS.map(String::from))]
     pub scenarios: Vec<String>,
+    /// Also run the seed's TCP pod after the scenarios: brpc-pod (16 vCPUs in 2 LLCs)
+    /// and brpc-pod-1llc (one LLC), 512 pooled connections, work stealing (README says
+    /// what it costs in time).
+    #[arg(long)]
+    pub full: bool,
     /// auto (KVM if it really works, else TCG), kvm or tcg.
     #[arg(long, value_parser = ["auto", "kvm", "tcg"])]
     pub accel: Option<String>,
@@ -577,7 +582,18 @@ fn baseline_verdict(b: &crate::report::baseline::Report, o: &crate::report::base
 fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> {
     let o = crate::runner::demo::DemoOptions {
         out: a.out.clone(),
-        scenarios: a.scenarios.clone(),
+        scenarios: {
+            let mut v = a.scenarios.clone();
+            if a.full {
+                v.extend(
+                    crate::runner::demo::FULL_EXTRA_SCENARIOS
+                        .iter()
+                        .map(|s| s.to_string())
+                        .filter(|s| !a.scenarios.contains(s)),
+                );
+            }
+            v
+        },
         accel: a.accel.clone(),
         kernel: a.kernel.clone(),
         kdir: a.kdir.clone(),

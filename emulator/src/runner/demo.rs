@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 pub const DEFAULT_SCENARIOS: [&str; 2] = ["llc-within", "llc-across"];
 
+/// What `demo --full` adds: the seed's pod, TCP (docs/scenarios.md, "The seed's pod").
+pub const FULL_EXTRA_SCENARIOS: [&str; 2] = ["brpc-pod", "brpc-pod-1llc"];
+
 /// What `--guest debian` counts with bcc's funccount: the module's ndo_rx_flow_steer.
 pub const FUNCCOUNT_FUNCTION: &str = "arfs_rx_flow_steer";
 
