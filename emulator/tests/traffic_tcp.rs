@@ -251,6 +251,40 @@ fn tcp_crr_with_resets_recycles_a_few_ports() {
 
 #[test]
 #[ignore = "needs root (tap device, network namespace); guest-tests/run-tests.sh runs it as root"]
+fn tcp_partner_survives_a_guest_that_stalls_then_goes_silent() {
+    // 64 KiB messages, closed loop: when the server stops reading, its receive windows
+    // close (zero window); when its link goes down, nothing answers at all.
+    let c = PartnerConfig { payload: 65536, window: 2, ..cfg(TcpPattern::Rr, 8, 0, 5.0) };
+    let mut b = bench("stall", c);
+    serve(&mut b, &["--flows", "8", "--workers", "2", "--msg-size", "65536", "--duration-s", "30"]);
+    let pid = b.server.as_ref().unwrap().id().to_string();
+    let t = Instant::now();
+    b.partner.start().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    let tap = format!("arfscstall{}", std::process::id() % 10_000);
+    ip(&["-n", &b.ns, "link", "set", &tap, "down"]);
+    while !b.partner.finished() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = b.partner.stop();
+    let took = t.elapsed();
+    signal("-CONT");
+    let tcp = st.tcp.clone().expect("tcp stats");
+    eprintln!("{} after {took:?}", serde_json::to_string(&tcp).unwrap());
+    // 5 s of sending, then the drain and the close timeout: bounded, whatever the guest does.
+    assert!(took < Duration::from_secs(15), "the run ended {took:?} after its start");
+    assert!(st.responses > 0, "the first second was answered: {st:?}");
+    assert!(tcp.retransmits > 0, "segments to a silent guest are retransmitted: {tcp:?}");
+    assert!(tcp.resets + tcp.close_timeouts > 0, "dead connections are counted: {tcp:?}");
+    assert_eq!(st.requests, st.responses + st.lost, "every request is answered or counted lost");
+    assert_eq!(tcp.open, 0, "no connection is left open at the end: {tcp:?}");
+}
+
+#[test]
+#[ignore = "needs root (tap device, network namespace); guest-tests/run-tests.sh runs it as root"]
 fn tcp_stream_into_a_sink() {
     let mut c = cfg(TcpPattern::Stream, 2, 0, 2.0);
     c.payload = 1400;
