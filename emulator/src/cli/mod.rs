@@ -612,12 +612,28 @@ fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()
     let sources: Vec<String> = r.reports.iter().map(|x| format!("{}.json", x.scenario)).collect();
     crate::report::html::write_page(&html, &r.reports, &sources)?;
     let rows: Vec<_> = r.reports.iter().flat_map(crate::report::results::rows).collect();
-    let first = &r.reports[0];
-    let duration = first.runs.first().and_then(|x| x.duration_s).map_or_else(|| "-".into(), |d| d.to_string());
-    println!(
-        "\nsteer rate of {} ({}, {} vCPUs: {}), {duration} s of traffic per run\n",
-        first.kernel, first.accel, first.vcpus, first.topology,
-    );
+    // One setup line per distinct (kernel, topology, traffic time): `--full` adds the
+    // 16-vCPU pod to the 4-vCPU UDP pair.
+    let mut setups: Vec<(String, Vec<&str>)> = Vec::new();
+    for rep in &r.reports {
+        let duration = rep.runs.first().and_then(|x| x.duration_s).map_or_else(|| "-".into(), |d| d.to_string());
+        let line = format!(
+            "{} ({}, {} vCPUs: {}), {duration} s of traffic per run",
+            rep.kernel, rep.accel, rep.vcpus, rep.topology
+        );
+        match setups.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, names)) => names.push(&rep.scenario),
+            None => setups.push((line, vec![&rep.scenario])),
+        }
+    }
+    println!();
+    for (line, names) in &setups {
+        match setups.len() {
+            1 => println!("steer rate of {line}"),
+            _ => println!("steer rate of {line}: {}", names.join(", ")),
+        }
+    }
+    println!();
     print!("{}", crate::report::results::table(&rows));
     for rep in &r.reports {
         for line in crate::report::table::scenario_funccount_lines(rep) {
