@@ -52,7 +52,7 @@ fn shipped_scenarios_load_and_name_existing_profiles() {
 fn every_committed_report_loads() {
     let mut n = 0;
     let mut matrix = 0;
-    for sub in ["demo", "other", "matrix"] {
+    for sub in ["demo", "demo-full-7.3", "other", "matrix"] {
         let dir = root().join("docs/results").join(sub);
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()
@@ -72,7 +72,7 @@ fn every_committed_report_loads() {
             }
         }
     }
-    assert_eq!(n, 8, "two demo reports and six of the other scenarios");
+    assert_eq!(n, 12, "two demo reports, the two pods of demo --full and eight of the other scenarios");
     assert_eq!(matrix, 9, "the topology matrix: 5 topologies, hop-within in each, hop-across in the 4 with 2+ LLCs");
 }
 
