@@ -9,6 +9,16 @@
 //!   destination options, AH). An unknown extension header before L4 leaves only the
 //!   2-tuple (addresses) for hashing.
 //! - TCP and UDP ports; anything else is L3-only.
+//!
+//! Two paths give the same answer for every input. [`parse_frame_fast`] reads only the
+//! bytes those rules need, in place, for the common case: Ethernet II, at most one
+//! 802.1Q/802.1ad tag, non-IP payloads, IPv4 (options allowed) that is not a fragment
+//! and carries no AH, IPv6 whose next header is not an extension header `etherparse`
+//! knows (0, 43, 44, 51, 60), and TCP/UDP headers that validate. Everything else —
+//! frames shorter than an Ethernet header, fragments, IPv6 extension headers, IPv4 AH,
+//! any length or version that does not check out — is left to [`parse_frame_slow`]
+//! (`etherparse`), which also decides what counts as malformed. `tests/parse_props.rs`
+//! cross-checks the two on structured and random frames.
 
 use super::flow::{FlowKey, IpVersion, L4Proto};
 use etherparse::{
@@ -99,8 +109,139 @@ pub enum ParseError {
     TooShort(usize),
 }
 
-/// Parse one Ethernet frame (without FCS).
+/// Parse one Ethernet frame (without FCS): the fast path when it applies, `etherparse`
+/// otherwise.
+#[inline]
 pub fn parse_frame(frame: &[u8]) -> Result<PacketInfo, ParseError> {
+    match parse_frame_fast(frame) {
+        Some(info) => Ok(info),
+        None => parse_frame_slow(frame),
+    }
+}
+
+/// EtherTypes and IP protocol numbers the fast path looks at.
+const ET_IPV4: u16 = 0x0800;
+const ET_IPV6: u16 = 0x86dd;
+const ET_VLAN: u16 = 0x8100;
+const ET_QINQ: u16 = 0x88a8;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+const PROTO_AH: u8 = 51;
+
+/// The common-case parser: what [`parse_frame`] returns for `frame`, or `None` when the
+/// frame is not on the fast path (see the module documentation) and `etherparse` must
+/// decide. Never a different answer than [`parse_frame_slow`] where it answers.
+#[doc(hidden)]
+#[inline]
+pub fn parse_frame_fast(frame: &[u8]) -> Option<PacketInfo> {
+    let (eth, rest) = frame.split_first_chunk::<14>()?;
+    let mut info = PacketInfo {
+        dst_mac: [eth[0], eth[1], eth[2], eth[3], eth[4], eth[5]],
+        src_mac: [eth[6], eth[7], eth[8], eth[9], eth[10], eth[11]],
+        ethertype: u16::from_be_bytes([eth[12], eth[13]]),
+        vlan: None,
+        ip: None,
+        l4: None,
+        fragment: false,
+        malformed: false,
+    };
+    let mut l3 = rest;
+    if info.ethertype == ET_VLAN || info.ethertype == ET_QINQ {
+        // A frame too short for the tag is malformed: etherparse says so.
+        let (tag, after) = rest.split_first_chunk::<4>()?;
+        info.vlan = Some(u16::from_be_bytes([tag[0] & 0x0f, tag[1]]));
+        info.ethertype = u16::from_be_bytes([tag[2], tag[3]]);
+        l3 = after;
+    }
+    match info.ethertype {
+        ET_IPV4 => {
+            let (ip, l4) = fast_v4(l3)?;
+            info.ip = Some(ip);
+            info.l4 = l4;
+        }
+        ET_IPV6 => {
+            let (ip, l4) = fast_v6(l3)?;
+            info.ip = Some(ip);
+            info.l4 = l4;
+        }
+        _ => {}
+    }
+    Some(info)
+}
+
+/// An IPv4 packet that is complete (`total length` inside the slice, header inside the
+/// total length), not a fragment and without AH: its addresses and ports.
+#[inline]
+fn fast_v4(d: &[u8]) -> Option<(Ip, Option<L4Ports>)> {
+    let h = d.first_chunk::<20>()?;
+    if h[0] >> 4 != 4 {
+        return None;
+    }
+    let header_len = usize::from(h[0] & 0x0f) * 4;
+    let total_len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    if header_len < 20 || total_len < header_len {
+        return None;
+    }
+    // More fragments or a fragment offset: a fragment.
+    if u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 || h[9] == PROTO_AH {
+        return None;
+    }
+    let payload = d.get(header_len..total_len)?;
+    let ip = Ip::V4 { src: [h[12], h[13], h[14], h[15]], dst: [h[16], h[17], h[18], h[19]] };
+    Some((ip, fast_l4(h[9], payload)?))
+}
+
+/// An IPv6 packet whose payload is inside the slice and whose next header is not an
+/// extension header: its addresses and ports.
+#[inline]
+fn fast_v6(d: &[u8]) -> Option<(Ip, Option<L4Ports>)> {
+    let (h, rest) = d.split_first_chunk::<40>()?;
+    if h[0] >> 4 != 6 {
+        return None;
+    }
+    let next = h[6];
+    // Hop-by-hop, routing, fragment, AH, destination options: etherparse walks them.
+    if matches!(next, 0 | 43 | 44 | 51 | 60) {
+        return None;
+    }
+    let payload_len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+    // Payload length 0 with bytes after the header: a jumbogram, the rest of the frame
+    // (as etherparse reads it).
+    let payload = if payload_len == 0 { rest } else { rest.get(..payload_len)? };
+    let mut src = [0u8; 16];
+    let mut dst = [0u8; 16];
+    src.copy_from_slice(&h[8..24]);
+    dst.copy_from_slice(&h[24..40]);
+    Some((Ip::V6 { src, dst }, fast_l4(next, payload)?))
+}
+
+/// Ports of a complete (not fragmented) TCP/UDP datagram whose header validates; `None`
+/// when it does not (etherparse decides, it is malformed), `Some(None)` for other
+/// protocols.
+#[inline]
+fn fast_l4(proto: u8, payload: &[u8]) -> Option<Option<L4Ports>> {
+    let proto = match proto {
+        PROTO_TCP => {
+            let t = payload.first_chunk::<20>()?;
+            let header_len = usize::from(t[12] >> 4) * 4;
+            if header_len < 20 || payload.len() < header_len {
+                return None;
+            }
+            L4Proto::Tcp
+        }
+        // UDP is read laxly (the length field is not checked), as etherparse does here.
+        PROTO_UDP if payload.len() >= 8 => L4Proto::Udp,
+        PROTO_UDP => return None,
+        _ => return Some(None),
+    };
+    let p = payload.first_chunk::<4>()?;
+    Some(Some(L4Ports { proto, sport: u16::from_be_bytes([p[0], p[1]]), dport: u16::from_be_bytes([p[2], p[3]]) }))
+}
+
+/// The `etherparse` path of [`parse_frame`]: every frame the fast path leaves, and the
+/// reference the property tests hold the fast path to.
+#[doc(hidden)]
+pub fn parse_frame_slow(frame: &[u8]) -> Result<PacketInfo, ParseError> {
     let eth = Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| ParseError::TooShort(frame.len()))?;
     let mut info = PacketInfo {
         dst_mac: eth.destination(),
