@@ -100,6 +100,17 @@ impl Toeplitz {
         h
     }
 
+    /// Hash of a fixed-size input (at most [`MAX_INPUT`] bytes are used): the loop is
+    /// unrolled for the 12-byte (IPv4 4-tuple) and 36-byte (IPv6 4-tuple) inputs.
+    #[inline]
+    pub fn hash_array<const N: usize>(&self, input: &[u8; N]) -> u32 {
+        let mut h = 0;
+        for (row, &b) in self.table.iter().zip(input) {
+            h ^= row[usize::from(b)];
+        }
+        h
+    }
+
     /// Bit-serial reference implementation (the textbook definition); used by tests
     /// to cross-check the table.
     pub fn hash_reference(key: &[u8], input: &[u8]) -> u32 {
@@ -464,15 +475,68 @@ impl Rss {
 
     #[inline]
     pub fn decide(&self, info: &PacketInfo) -> RssDecision {
-        let mut buf = [0u8; MAX_INPUT];
-        match hash_input_fields(info, &self.fields, &mut buf) {
-            Some((kind, len)) => {
-                let h = self.toeplitz.hash(&buf[..len]);
+        let hash = match self.hash_4tuple(info) {
+            Some(h) => Some(h),
+            None => self.hash_generic(info),
+        };
+        match hash {
+            Some((h, kind)) => {
                 let slot = (h as usize) & (self.indir.len() - 1);
                 RssDecision { hash: Some((h, kind)), slot: Some(slot), queue: self.indir[slot] }
             }
             None => RssDecision { hash: None, slot: None, queue: 0 },
         }
+    }
+
+    /// The common case without the general input builder: a TCP/UDP packet whose flow
+    /// type hashes on the whole 4-tuple, without `sym-xor` (the default of every
+    /// profile). `None` when that is not the case ([`Rss::hash_generic`] decides).
+    #[inline]
+    fn hash_4tuple(&self, info: &PacketInfo) -> Option<(u32, HashKind)> {
+        let (ip, l4) = (info.ip?, info.l4?);
+        if self.fields.sym_xor {
+            return None;
+        }
+        let (sp, dp) = (l4.sport.to_be_bytes(), l4.dport.to_be_bytes());
+        match ip {
+            Ip::V4 { src, dst } => {
+                let (set, kind) = match l4.proto {
+                    L4Proto::Tcp => (self.fields.tcp4, HashKind::Tcpv4),
+                    L4Proto::Udp => (self.fields.udp4, HashKind::Udpv4),
+                };
+                if set != HashFields::L4 {
+                    return None;
+                }
+                let mut b = [0u8; 12];
+                b[..4].copy_from_slice(&src);
+                b[4..8].copy_from_slice(&dst);
+                b[8..10].copy_from_slice(&sp);
+                b[10..].copy_from_slice(&dp);
+                Some((self.toeplitz.hash_array(&b), kind))
+            }
+            Ip::V6 { src, dst } => {
+                let (set, kind) = match l4.proto {
+                    L4Proto::Tcp => (self.fields.tcp6, HashKind::Tcpv6),
+                    L4Proto::Udp => (self.fields.udp6, HashKind::Udpv6),
+                };
+                if set != HashFields::L4 {
+                    return None;
+                }
+                let mut b = [0u8; 36];
+                b[..16].copy_from_slice(&src);
+                b[16..32].copy_from_slice(&dst);
+                b[32..34].copy_from_slice(&sp);
+                b[34..].copy_from_slice(&dp);
+                Some((self.toeplitz.hash_array(&b), kind))
+            }
+        }
+    }
+
+    /// Any hash fields: the input [`hash_input_fields`] builds.
+    fn hash_generic(&self, info: &PacketInfo) -> Option<(u32, HashKind)> {
+        let mut buf = [0u8; MAX_INPUT];
+        let (kind, len) = hash_input_fields(info, &self.fields, &mut buf)?;
+        Some((self.toeplitz.hash(&buf[..len]), kind))
     }
 }
 
@@ -616,6 +680,39 @@ mod tests {
             r.set_indirection(vec![0, 1, 2, 0]).unwrap_err(),
             RssError::IndirQueue { slot: 2, queue: 2, queues: 2 }
         );
+    }
+
+    #[test]
+    fn four_tuple_shortcut_matches_the_general_input() {
+        let rss = Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap();
+        let flows = [
+            "tcp 66.9.149.187:2794 161.142.100.80:1766",
+            "udp 10.0.0.2:40000 10.0.0.15:7000",
+            "tcp [3ffe:2501:200:1fff::7]:2794 [3ffe:2501:200:3::1]:1766",
+            "udp [3ffe:501:8::260:97ff:fe40:efab]:14230 [ff02::1]:4739",
+        ];
+        // Every field set of every flow type, with and without sym-xor where allowed.
+        for bits in 0..16u32 {
+            let set = bits << 4;
+            for sym_xor in [false, true] {
+                let f = HashFields { tcp4: set, udp4: set, tcp6: set, udp6: set, sym_xor, ..rss.hash_fields() };
+                let Ok(r) = rss.with_hash_fields(f) else { continue };
+                for flow in flows {
+                    for l4 in [true, false] {
+                        let i = info(flow, l4);
+                        let d = r.decide(&i);
+                        assert_eq!(d.hash, r.hash_generic(&i), "{flow} l4={l4} fields={set:#x} sym_xor={sym_xor}");
+                        if let Some(h) = r.hash_4tuple(&i) {
+                            assert_eq!((set, sym_xor, l4), (HashFields::L4, false, true));
+                            assert_eq!(Some(h), r.hash_generic(&i));
+                        }
+                    }
+                }
+            }
+        }
+        let input: Vec<u8> = (0..36u8).map(|i| i.wrapping_mul(91)).collect();
+        let a: [u8; 36] = input[..].try_into().unwrap();
+        assert_eq!(rss.toeplitz().hash_array(&a), rss.toeplitz().hash(&input));
     }
 
     #[test]
