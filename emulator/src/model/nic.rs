@@ -9,11 +9,7 @@ use crate::wire::{parse_frame, PacketInfo, ParseError};
 use arc_swap::ArcSwap;
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
-use std::cell::RefCell;
-use std::sync::atomic::{
-    AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
-};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Per-RX-queue counters; relaxed atomics, one cache line per queue.
@@ -93,11 +89,6 @@ pub struct NicSnapshot {
 
 pub struct Nic {
     rss: ArcSwap<Rss>,
-    /// Bumped after every store to `rss`: a classifying thread keeps the configuration it
-    /// last loaded while this has not moved ([`Nic::with_rss`]).
-    rss_gen: AtomicU64,
-    /// Distinguishes NICs in the per-thread cache (never reused).
-    id: u64,
     /// The RSS configuration the NIC was built with (what a reset returns to).
     rss_default: Arc<Rss>,
     /// The guest set an indirection table other than the default spread (`ethtool -X
@@ -146,11 +137,8 @@ impl Nic {
             (0..rss.queues()).map(|_| CachePadded::new(QueueCounters::default())).collect();
         let rss = Arc::new(rss);
         let enabled = (0..queues.len()).map(|_| std::sync::atomic::AtomicBool::new(true)).collect();
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Nic {
             rss: ArcSwap::new(rss.clone()),
-            rss_gen: AtomicU64::new(0),
-            id: NEXT_ID.fetch_add(1, Relaxed),
             rss_default: rss,
             rss_user: std::sync::atomic::AtomicBool::new(false),
             table,
@@ -179,34 +167,6 @@ impl Nic {
     /// Replace the RSS configuration (e.g. after the guest enabled fewer queues).
     pub fn set_rss(&self, rss: Rss) {
         self.rss.store(Arc::new(rss));
-        // After the store: a reader that sees the new generation loads the new RSS.
-        self.rss_gen.fetch_add(1, Release);
-    }
-
-    /// `f` on the current RSS configuration, from the calling thread's cache while
-    /// [`Nic::set_rss`] has not run since it was filled: one plain load per packet instead
-    /// of `ArcSwap::load`'s two atomic read-modify-writes (its hazard slot is taken and
-    /// given back with SeqCst). The cached `Arc` keeps an old configuration alive until
-    /// the thread classifies for this or another NIC again.
-    #[inline]
-    fn with_rss<R>(&self, f: impl Fn(&Rss) -> R) -> R {
-        thread_local! {
-            static CACHE: RefCell<Option<(u64, u64, Arc<Rss>)>> = const { RefCell::new(None) };
-        }
-        let generation = self.rss_gen.load(Acquire);
-        let hit =
-            |c: &Option<(u64, u64, Arc<Rss>)>| matches!(c, Some((id, g, _)) if *id == self.id && *g == generation);
-        CACHE
-            .try_with(|cache| {
-                let mut cache = cache.try_borrow_mut().ok()?;
-                if !hit(&cache) {
-                    *cache = Some((self.id, generation, self.rss.load_full()));
-                }
-                cache.as_ref().map(|(_, _, rss)| f(rss))
-            })
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| f(&self.rss.load()))
     }
 
     /// Back to the RSS configuration the NIC was built with (key, hash fields, table),
@@ -344,7 +304,7 @@ impl Nic {
     /// delivery is counted by [`Nic::record`].
     #[inline]
     pub fn classify(&self, info: &PacketInfo, len: usize, now_ns: u64) -> Decision {
-        let rss = self.with_rss(|r| r.decide(info));
+        let rss = self.rss.load().decide(info);
         if info.malformed {
             self.counters.malformed.fetch_add(1, Relaxed);
         }
@@ -468,31 +428,6 @@ mod tests {
     fn nic() -> Nic {
         let p = Profile::parse("name = \"t\"\n[filter]\nlayout = \"per-type\"\ncapacity = 16\n").unwrap();
         Nic::new(&p, 4).unwrap()
-    }
-
-    #[test]
-    fn a_new_rss_config_is_seen_by_the_next_packet_of_every_nic_on_a_thread() {
-        let (a, b) = (nic(), nic());
-        let f = frame(2794);
-        let q = |n: &Nic| n.classify_frame(&f, 0).unwrap().1.queue;
-        assert_eq!((q(&a), q(&b)), (Some(0), Some(0)), "0x51ccc178 & 127 = 0x78, queue 0 of 4");
-        let mut to_3 = a.rss();
-        Arc::make_mut(&mut to_3).set_indirection(vec![3; 128]).unwrap();
-        a.set_rss((*to_3).clone());
-        assert_eq!((q(&a), q(&b)), (Some(3), Some(0)));
-        // From another thread, and back on this one after that thread's change.
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                assert_eq!(q(&a), Some(3));
-                let mut to_1 = a.rss();
-                Arc::make_mut(&mut to_1).set_indirection(vec![1; 128]).unwrap();
-                a.set_rss((*to_1).clone());
-                assert_eq!(q(&a), Some(1));
-            });
-        });
-        assert_eq!((q(&a), q(&b)), (Some(1), Some(0)));
-        a.reset_rss(&[true; 4]);
-        assert_eq!(q(&a), Some(0));
     }
 
     #[test]
