@@ -146,3 +146,25 @@ wait_console() {
     tail -n 10 "$log.stderr" >&2 2>/dev/null || true
     fail "'$pat' did not appear $count time(s) within ${secs}s in $log"
 }
+
+# wait_end SECS: the guest powers off after its workload (QEMU gone within SECS, else the
+# console's tail and a failure), then `serve --connections 1` exits after that connection.
+# Sets QEMU_RC and SERVE_RC, clears QEMU_PID and SERVE_PID.
+wait_end() {
+    local secs=$1 i
+    for ((i = 0; i < secs * 10; i++)); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$QEMU_PID" 2>/dev/null && { tail -n 40 "$LOG" >&2; fail "QEMU still running $secs s after the clients finished"; }
+    QEMU_RC=0
+    wait "$QEMU_PID" || QEMU_RC=$?
+    QEMU_PID=""
+    for ((i = 0; i < 100; i++)); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$SERVE_PID" 2>/dev/null && fail "arfsnic serve did not exit after the QEMU connection ended (--connections 1)"
+    SERVE_RC=0
+    wait "$SERVE_PID" || SERVE_RC=$?
+    SERVE_PID=""
+}
+
+# guest_json LOG OUT: the guest's JSON block from its serial log.
+guest_json() {
+    sed -n '/^ARFSNIC-GUEST-JSON-BEGIN/,/^ARFSNIC-GUEST-JSON-END/p' "$1" | tr -d '\r' | sed '1d;$d' >"$2"
+}

@@ -146,19 +146,10 @@ T_C1S=$(date +%s.%N)
 say "clients done in $(awk -v a="$T_C0" -v b="$T_C1" 'BEGIN { printf "%.1f", b - a }') s (exit status: ping-pong $PP_RC, under-load $UL_RC, iperf3 $IP_RC)"
 
 # 7. The guest powers off after its workload; serve exits after its one connection.
-for ((i = 0; i < (DURATION + 90) * 10; i++)); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$QEMU_PID" 2>/dev/null && { tail -n 40 "$LOG" >&2; fail "QEMU still running $((DURATION + 90)) s after the clients finished"; }
-QEMU_RC=0
-wait "$QEMU_PID" || QEMU_RC=$?
-QEMU_PID=""
-for ((i = 0; i < 100; i++)); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SERVE_PID" 2>/dev/null && fail "arfsnic serve did not exit after the QEMU connection ended (--connections 1)"
-SERVE_RC=0
-wait "$SERVE_PID" || SERVE_RC=$?
-SERVE_PID=""
+wait_end $((DURATION + 90))
 T1=$(date +%s.%N)
 
-sed -n '/^ARFSNIC-GUEST-JSON-BEGIN/,/^ARFSNIC-GUEST-JSON-END/p' "$LOG" | tr -d '\r' | sed '1d;$d' >"$OUTDIR/guest.json"
+guest_json "$LOG" "$OUTDIR/guest.json"
 
 # 8. Checks and the summary.
 python3 - "$OUTDIR" "$STREAMS" "$PP_RC" "$UL_RC" "$IP_RC" "$QEMU_RC" "$SERVE_RC" \

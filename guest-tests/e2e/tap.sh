@@ -80,19 +80,10 @@ ip netns exec "$NS" python3 "$REPO/guest-tests/image/udp-echo-client.py" --host 
     >"$OUTDIR/client.json" || CLIENT_RC=$?
 
 # 6. The guest powers off after its workload; the backend exits after its one connection.
-for ((i = 0; i < 900; i++)); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$QEMU_PID" 2>/dev/null && { tail -n 40 "$LOG" >&2; fail "QEMU still running 90 s after the client finished"; }
-QEMU_RC=0
-wait "$QEMU_PID" || QEMU_RC=$?
-QEMU_PID=""
-for ((i = 0; i < 100; i++)); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SERVE_PID" 2>/dev/null && fail "arfsnic serve did not exit after the QEMU connection ended (--connections 1)"
-SERVE_RC=0
-wait "$SERVE_PID" || SERVE_RC=$?
-SERVE_PID=""
+wait_end 90
 T1=$(date +%s.%N)
 
-sed -n '/^ARFSNIC-GUEST-JSON-BEGIN/,/^ARFSNIC-GUEST-JSON-END/p' "$LOG" | tr -d '\r' | sed '1d;$d' >"$OUTDIR/guest.json"
+guest_json "$LOG" "$OUTDIR/guest.json"
 
 # 7. Checks and what was measured.
 python3 - "$OUTDIR" "$FLOWS" "$CLIENT_RC" "$QEMU_RC" "$SERVE_RC" "$T0" "$T_READY" "$T1" <<'PY'
