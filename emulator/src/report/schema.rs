@@ -149,7 +149,9 @@ pub struct Discarded {
     pub serial_log: PathBuf,
 }
 
-/// QEMU's vCPU threads as the host scheduled them (`/proc/PID/task/TID/schedstat`).
+/// QEMU's vCPU threads as the host scheduled them and the backend's own CPU time
+/// (`/proc/PID/task/TID/schedstat`), over the same window (docs/measuring.md, "E2E cost
+/// per packet"). The backend fields are absent in reports made before they existed.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostReport {
     pub host_cores: u32,
@@ -160,6 +162,39 @@ pub struct HostReport {
     pub vcpu_wait_pct: Option<f64>,
     /// Busy share of all host CPUs.
     pub host_cpu_busy_pct: Option<f64>,
+    /// The vCPU threads' time on a host CPU over the window, summed, as a share of one
+    /// core (200 = two cores busy): what the guest cost the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_cpu_pct: Option<f64>,
+    /// CPU time of every thread of the arfsnic process over the window: the vhost-user
+    /// backend (vring workers, connection thread), the device's control plane, the link
+    /// partner and the runner's own bookkeeping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_cpu_ms: Option<f64>,
+    /// `backend_cpu_ms` as a share of one core over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_cpu_pct: Option<f64>,
+    /// `backend_cpu_ms` by thread name (trailing index dropped: `vhost-w0`, `vhost-w1` ->
+    /// `vhost-w`), most CPU first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backend_threads: Vec<ThreadGroup>,
+    /// Frames the device wrote into the guest's RX vrings plus frames it took from the
+    /// guest's TX vrings, read at the same two moments as the CPU times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_frames: Option<u64>,
+    /// Backend CPU ns per frame: `backend_cpu_ms` / `backend_frames`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_ns_per_frame: Option<f64>,
+}
+
+/// Threads of the arfsnic process with one name (trailing index dropped).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadGroup {
+    pub name: String,
+    pub threads: u32,
+    pub cpu_ms: f64,
+    /// `cpu_ms` as a share of one core over the window.
+    pub cpu_pct: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -653,5 +688,48 @@ mod tests {
         v["runs"][0]["link"]["responses"] = "many".into();
         let e = Report::from_value(v, "r.json").unwrap_err().to_string();
         assert!(e.starts_with("r.json: `runs[0].link.responses`: invalid type"), "{e}");
+    }
+
+    /// Every committed report (docs/results/**) loads with this build's schema, the ones
+    /// made before the backend was sampled without its fields, and writes back unchanged.
+    #[test]
+    fn committed_reports_load_with_or_without_the_backend_cost() {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "json") {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results"), &mut files);
+        assert!(files.len() >= 20, "{files:?}");
+        let mut hosts = 0;
+        for f in files {
+            let r = Report::load(&f, "committed report").unwrap_or_else(|e| panic!("{e}"));
+            let again = Report::from_json(&r.to_json_pretty(), "rewritten").unwrap();
+            assert_eq!(again, r, "{}", f.display());
+            hosts += r.runs.iter().filter(|x| x.host.is_some()).count();
+        }
+        assert!(hosts > 0);
+        let h = HostReport {
+            vcpu_cpu_pct: Some(180.0),
+            backend_cpu_ms: Some(10.0),
+            backend_cpu_pct: Some(2.0),
+            backend_threads: vec![ThreadGroup { name: "vhost-w".into(), threads: 2, cpu_ms: 7.0, cpu_pct: Some(1.4) }],
+            backend_frames: Some(20_000),
+            backend_ns_per_frame: Some(500.0),
+            ..Default::default()
+        };
+        let back: HostReport = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
+        assert_eq!(back, h);
+        let old: HostReport = serde_json::from_str(
+            r#"{"host_cores": 2, "window_s": 8.0, "vcpu_threads": [], "vcpu_wait_pct": 1.0, "host_cpu_busy_pct": 50.0}"#,
+        )
+        .unwrap();
+        assert_eq!((old.backend_cpu_pct, old.backend_frames, old.backend_threads.len()), (None, None, 0));
     }
 }

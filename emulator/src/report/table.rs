@@ -1,7 +1,7 @@
 //! The summary printed after `arfsnic run`: one line per run with traffic, RTT, where
 //! packets went and steering when the guest module ran (the JSON is the record).
 
-use super::schema::Report;
+use super::schema::{Report, RunReport};
 use std::fmt::Write;
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -74,9 +74,39 @@ pub fn summary_table(report: &Report) -> String {
         if let Some(h) = r.health.as_ref().filter(|h| !h.reasons.is_empty()) {
             let _ = writeln!(s, "  {}: {}: {}", r.label, h.verdict.as_str(), h.reasons.join("; "));
         }
+        for line in backend_cost_lines(r) {
+            let _ = writeln!(s, "  {}: {line}", r.label);
+        }
     }
     s.push_str(&funccount_lines(report));
     s
+}
+
+/// What the backend cost the host over the run's measured window against what the guest's
+/// vCPUs did (docs/measuring.md, "E2E cost per packet"): its CPU as a share of one core, per
+/// frame moved, and by thread. Nothing for reports made before these were recorded.
+pub fn backend_cost_lines(r: &RunReport) -> Vec<String> {
+    let Some(h) = r.host.as_ref() else { return Vec::new() };
+    let Some(pct) = h.backend_cpu_pct else { return Vec::new() };
+    let per_frame = h.backend_ns_per_frame.map_or("-".to_string(), |n| format!("{n:.0}"));
+    let frames = h.backend_frames.unwrap_or(0);
+    let vcpus = h.vcpu_cpu_pct.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let mut lines = vec![format!(
+        "backend: {pct:.1} % of a core, {per_frame} ns/frame ({frames} frames in {:.1} s; guest vCPUs {vcpus} % of a core)",
+        h.window_s
+    )];
+    if !h.backend_threads.is_empty() {
+        let t: Vec<String> = h
+            .backend_threads
+            .iter()
+            .map(|g| {
+                let n = if g.threads > 1 { format!(" x{}", g.threads) } else { String::new() };
+                format!("{}{n} {}", g.name, g.cpu_pct.map_or("-".to_string(), |p| format!("{p:.1} %")))
+            })
+            .collect();
+        lines.push(format!("backend threads: {}", t.join(", ")));
+    }
+    lines
 }
 
 /// One line per run that ran bcc's funccount beside it (`guest.funccount`): its exact
@@ -206,5 +236,37 @@ mod tests {
         // every line as wide as the header up to the queue list
         let at = header.find("  rx per queue").unwrap();
         assert!(t.lines().skip(2).take(2).all(|l| l.len() >= at && l[..at].ends_with(['k', '-'])), "{t}");
+    }
+
+    #[test]
+    fn the_backend_cost_shows_under_its_run() {
+        use crate::report::schema::{HostReport, ThreadGroup};
+        let mut with = run("sysctl=1", Some(Verdict::Ok), &[]);
+        with.host = Some(HostReport {
+            window_s: 8.0,
+            vcpu_cpu_pct: Some(181.04),
+            backend_cpu_ms: Some(248.0),
+            backend_cpu_pct: Some(3.1),
+            backend_frames: Some(604_878),
+            backend_ns_per_frame: Some(410.0),
+            backend_threads: vec![
+                ThreadGroup { name: "vhost-w".into(), threads: 4, cpu_ms: 160.0, cpu_pct: Some(2.0) },
+                ThreadGroup { name: "link-partner".into(), threads: 1, cpu_ms: 88.0, cpu_pct: Some(1.1) },
+            ],
+            ..Default::default()
+        });
+        // a report made before the backend was sampled prints nothing
+        let old = run("old", None, &[]);
+        let mut older = run("older", None, &[]);
+        older.host = Some(HostReport { vcpu_wait_pct: Some(3.0), ..Default::default() });
+        let t = summary_table(&Report { runs: vec![with, old, older], ..Default::default() });
+        assert!(
+            t.contains(
+                "  sysctl=1: backend: 3.1 % of a core, 410 ns/frame (604878 frames in 8.0 s; guest vCPUs 181.0 % of a core)\n\
+                 \x20 sysctl=1: backend threads: vhost-w x4 2.0 %, link-partner 1.1 %\n"
+            ),
+            "{t}"
+        );
+        assert!(!t.contains("old: backend") && !t.contains("older: backend"), "{t}");
     }
 }

@@ -140,6 +140,12 @@ fn tx_delta(a: &BackendCounters, b: &BackendCounters) -> Vec<u64> {
     b.pairs.iter().zip(&a.pairs).map(|(y, x)| y.tx_frames - x.tx_frames).collect()
 }
 
+/// Frames the backend wrote into the guest's RX vrings plus frames it took from the TX
+/// vrings, all queue pairs, so far.
+fn frames_moved(c: &BackendCounters) -> u64 {
+    c.pairs.iter().map(|p| p.rx_frames + p.tx_frames).sum()
+}
+
 fn phase(ctx: &Ctx, msg: impl Into<std::borrow::Cow<'static, str>>) {
     ctx.progress.set_message(msg);
 }
@@ -323,7 +329,8 @@ pub(crate) fn run_one(
     let mut finish_deadline: Option<Instant> = None;
     // Device-clock window of the traffic (for rates).
     let mut window = (0u64, 0u64);
-    // QEMU's vCPU threads on the host over the traffic (after the warm-up).
+    // QEMU's vCPU threads and the backend's threads on the host over the traffic (after
+    // the warm-up), with the frames the device moved in the same window.
     let qemu_pid = q.child.id();
     let mut host0: Option<(hoststat::HostSample, Instant)> = None;
     let mut host_report = None;
@@ -371,11 +378,11 @@ pub(crate) fn run_one(
                 live.tick(ctx, &format!("run {} [{}]", idx + 1, run.label), t.elapsed(), traffic_for, &ctl, &partner);
             }
             if host0.is_none() && t.elapsed().as_secs_f64() >= s.warmup_s {
-                host0 = Some((hoststat::HostSample::read(qemu_pid), Instant::now()));
+                host0 = Some((hoststat::HostSample::read(qemu_pid, frames_moved(&backend.counters())), Instant::now()));
             }
             if !traffic_stopped && t.elapsed() >= traffic_for {
                 if let Some((h0, t0)) = &host0 {
-                    let h1 = hoststat::HostSample::read(qemu_pid);
+                    let h1 = hoststat::HostSample::read(qemu_pid, frames_moved(&backend.counters()));
                     host_report = Some(h0.delta(&h1, t0.elapsed().as_secs_f64(), hoststat::host_cores()));
                 }
                 phase(ctx, format!("run {} [{}]: draining, waiting for the guest report", idx + 1, run.label));
