@@ -6,6 +6,7 @@ use crate::device::EmulatedNic;
 use crate::model::nic::Nic;
 use crate::model::profile::Profile;
 use crate::runner::Interrupt;
+use crate::traffic::pktgen::Pktgen;
 use crate::vhost::{Backend, ServeConfig};
 use crate::wire::MacAddr;
 use anyhow::{anyhow, Context};
@@ -15,6 +16,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PktgenDir {
+    Both,
+    Tx,
+}
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -44,6 +51,18 @@ pub struct ServeArgs {
     /// built-in link partner.
     #[arg(long)]
     pub tap: Option<String>,
+    /// Throughput mode: instead of a link partner, offer UDP frames of BYTES bytes (60..=9018,
+    /// no FCS) from 1024 flows, a quarter of them steered by ntuple filters, to the RX queues
+    /// as fast as the frontend posts buffers (one generator thread per worker thread);
+    /// frames from the guest are parsed, classified, counted and dropped. For benchmarks
+    /// against a polling frontend (guest-tests/perf/vs-dpdk.sh).
+    #[arg(long, value_name = "BYTES", conflicts_with = "tap")]
+    pub pktgen: Option<usize>,
+    /// With --pktgen: `both` (default), or `tx`: no generator, only classify, count and drop
+    /// what the guest sends (so the generator does not compete for the CPU in a guest-TX
+    /// benchmark).
+    #[arg(long, value_name = "DIR", value_enum, default_value = "both", requires = "pktgen")]
+    pub pktgen_dir: PktgenDir,
     /// Stop after serving this many QEMU connections (default: until SIGINT/SIGTERM).
     #[arg(long)]
     pub connections: Option<u64>,
@@ -89,6 +108,10 @@ struct ServeStats {
     /// Descriptor/ring errors and refused vhost-user requests, since `serve` started.
     desc_errors: u64,
     protocol_errors: u64,
+    /// `--pktgen`: frames offered, delivered and dropped towards the guest; frames from the
+    /// guest classified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pktgen: Option<crate::traffic::pktgen::PktgenCounters>,
     /// This process, from /proc/self.
     vm_rss_kb: u64,
     fds: u64,
@@ -128,6 +151,7 @@ fn stats(
     backend: &Backend,
     emu: &EmulatedNic,
     ctl: &ControlRuntime,
+    pktgen: Option<&Pktgen>,
     end: Option<(bool, Option<String>)>,
 ) -> ServeStats {
     let c = backend.counters();
@@ -152,6 +176,7 @@ fn stats(
         rx_spoofed_dropped: emu.counters.rx_spoofed_dropped.load(Relaxed),
         desc_errors: c.pairs.iter().map(|p| p.desc_errors).sum(),
         protocol_errors: c.protocol_errors,
+        pktgen: pktgen.map(Pktgen::counters),
         vm_rss_kb,
         fds,
         threads,
@@ -197,11 +222,32 @@ pub fn run(a: &ServeArgs, interrupt: &Interrupt) -> anyhow::Result<()> {
         peer.start(emu.clone()).with_context(|| format!("--tap {tap}"))?;
         emu.set_peer(Some(peer));
     }
+    let pktgen = match a.pktgen {
+        Some(len) => {
+            let threads = a.threads.unwrap_or(usize::from(queues)).clamp(1, usize::from(queues));
+            let g = Pktgen::new(emu.clone(), len, threads).map_err(|e| anyhow!("--pktgen {len}: {e}"))?;
+            if a.pktgen_dir != PktgenDir::Tx {
+                g.start().context("--pktgen")?;
+            }
+            emu.set_peer(Some(g.clone()));
+            Some(g)
+        }
+        None => None,
+    };
     log::info!(
         "serving profile {:?} with {queues} queue pairs on {} ({})",
         profile.name,
         a.socket.display(),
-        if a.tap.is_some() { "tap" } else { "no traffic source: frames from the guest are counted and dropped" }
+        match (&a.tap, a.pktgen) {
+            (Some(_), _) => "tap".to_string(),
+            (None, Some(len)) => format!(
+                "packet generator: {len}-byte UDP frames from {} flows, 1 in {} steered by a filter; frames from the \
+                 guest are classified, counted and dropped",
+                crate::traffic::pktgen::FLOWS,
+                crate::traffic::pktgen::STEER_EVERY
+            ),
+            (None, None) => "no traffic source: frames from the guest are counted and dropped".to_string(),
+        }
     );
     let _metrics_server = match &a.metrics {
         Some(addr) => {
@@ -215,10 +261,10 @@ pub fn run(a: &ServeArgs, interrupt: &Interrupt) -> anyhow::Result<()> {
     };
     let done = Arc::new(AtomicBool::new(false));
     let writer = a.stats.clone().map(|path| {
-        let (b, e, c, d) = (backend.clone(), emu.clone(), ctl.clone(), done.clone());
+        let (b, e, c, d, g) = (backend.clone(), emu.clone(), ctl.clone(), done.clone(), pktgen.clone());
         std::thread::Builder::new().name("arfsnic-stats".into()).spawn(move || {
             while !d.load(Relaxed) {
-                write_stats(&path, &stats(&b, &e, &c, None));
+                write_stats(&path, &stats(&b, &e, &c, g.as_deref(), None));
                 std::thread::sleep(Duration::from_millis(500));
             }
         })
@@ -262,7 +308,11 @@ pub fn run(a: &ServeArgs, interrupt: &Interrupt) -> anyhow::Result<()> {
     }
     if let Some(p) = &a.stats {
         let complete = result.is_ok() && stopped_by.is_none();
-        write_stats(p, &stats(&backend, &emu, &ctl, Some((complete, stopped_by))));
+        write_stats(p, &stats(&backend, &emu, &ctl, pktgen.as_deref(), Some((complete, stopped_by))));
+    }
+    if let Some(g) = &pktgen {
+        g.stop();
+        log::info!("pktgen: {:?}", g.counters());
     }
     emu.set_peer(None);
     emu.set_control(None);
