@@ -19,7 +19,8 @@
 //! ```
 //! The target then does what the backend's TX worker and RX delivery do: up to four rounds
 //! of pending / head / walk (RX: chains appended to one segment list, as for a mergeable
-//! buffer), consume, publish_used, needs_notification, enable/disable_notification.
+//! buffer), consume, publish_used or push_used + publish (RX batches) with suppress_kicks,
+//! needs_notification, enable/disable_notification.
 //!
 //! Property: no panic, bounded work, and every segment `walk` returns is inside guest
 //! memory, non-empty and adds up to the returned length, at most MAX_CHAIN_SEGMENTS per chain.
@@ -148,7 +149,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut segs = Vec::new();
     let mut used = Vec::new();
-    for _round in 0..4 {
+    for round in 0..4 {
         let Ok(pending) = ring.pending(mem) else {
             break;
         };
@@ -187,7 +188,16 @@ fuzz_target!(|data: &[u8]| {
         }
         let old: Wrapping<u16> = ring.next_used;
         ring.consume(used.len() as u16);
-        if ring.publish_used(mem, &used).is_err() {
+        // RX batches push the used elements of several frames and publish them once; TX
+        // publishes per batch: alternate the two.
+        let (first, rest) = used.split_at(used.len() / 2);
+        if round % 2 == 0 {
+            if ring.push_used(mem, first).and_then(|_| ring.push_used(mem, rest)).and_then(|_| ring.publish(mem)).is_err()
+            {
+                broken = true;
+            }
+            ring.suppress_kicks(mem);
+        } else if ring.publish_used(mem, &used).is_err() {
             broken = true;
         }
         let _ = ring.needs_notification(mem, old);

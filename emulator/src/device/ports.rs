@@ -47,6 +47,14 @@ pub trait GuestRx: Send + Sync + 'static {
     /// Writes `frame` (an Ethernet frame, no virtio header) into the RX queue of `pair`.
     /// Never blocks on the guest.
     fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError>;
+    /// Writes `frames` into the RX queue of `pair` in order; `out[i]` (`out` at least as long
+    /// as `frames`) is what `deliver` would have returned for `frames[i]`. The vhost-user
+    /// adapter publishes the whole batch at once and decides on one interrupt for it.
+    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+        for (f, o) in frames.iter().zip(out.iter_mut()) {
+            *o = self.deliver(pair, f);
+        }
+    }
     /// Per pair: enabled by the guest.
     fn enabled_pairs(&self) -> Vec<bool>;
 }
@@ -74,7 +82,18 @@ pub struct Delivery {
 pub trait ToGuest: Send + Sync + 'static {
     #[allow(clippy::wrong_self_convention)] // "to the guest", not a conversion
     fn to_guest(&self, frame: &[u8]) -> Delivery;
+    /// `to_guest` for up to [`MAX_BATCH`] frames at once (more are refused: `out` untouched
+    /// past them); `out[i]` is the delivery of `frames[i]`.
+    #[allow(clippy::wrong_self_convention)]
+    fn to_guest_batch(&self, frames: &[&[u8]], out: &mut [Delivery]) {
+        for (f, o) in frames.iter().zip(out.iter_mut()) {
+            *o = self.to_guest(f);
+        }
+    }
 }
+
+/// Most frames one `to_guest_batch` call takes.
+pub const MAX_BATCH: usize = 64;
 
 /// What a traffic source gets from the NIC: the guest's transmitted data frames
 /// (control frames never reach it) and link state.

@@ -109,6 +109,107 @@ fn signal(call: &Option<File>) -> bool {
     }
 }
 
+/// The vring's reusable buffers, borrowed apart from the ring itself.
+struct Scratch<'a> {
+    segs: &'a mut Vec<Seg>,
+    chains: &'a mut Vec<(u16, usize, u64)>,
+    used: &'a mut Vec<(u16, u32)>,
+}
+
+/// Why a frame was not placed: refused (the ring is fine), or the ring is malformed.
+enum Place {
+    Rx(RxError),
+    Ring(RingError),
+}
+
+/// Writes one frame into the next available buffers of an RX ring and pushes (does not
+/// publish) their used elements. A malformed chain is handed back with length 0 together with
+/// the chains looked at before it (the driver frees such buffers), and the frame is dropped.
+fn place_frame(
+    ring: &mut SplitRing,
+    sc: &mut Scratch<'_>,
+    mem: &GuestMemoryMmap,
+    frame: &[u8],
+    hdr_len: usize,
+    mrg: bool,
+) -> Result<(), Place> {
+    if frame.len() > MAX_FRAME {
+        return Err(Place::Rx(RxError::TooLarge));
+    }
+    let need = (hdr_len + frame.len()) as u64;
+    let pending = ring.pending(mem).map_err(Place::Ring)?;
+    let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
+    sc.segs.clear();
+    sc.chains.clear();
+    let mut cap = 0u64;
+    let mut k = 0u16;
+    while cap < need && k < max_bufs {
+        let head = ring.head(mem, k).map_err(Place::Ring)?;
+        let chain_cap = match ring.walk(mem, head, true, sc.segs) {
+            Ok(0) => Err(RingError::WrongDirection),
+            other => other,
+        };
+        match chain_cap {
+            Ok(n) => {
+                sc.chains.push((head, sc.segs.len(), n));
+                cap += n;
+                k += 1;
+            }
+            Err(e) => {
+                sc.used.clear();
+                sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
+                sc.used.push((head, 0));
+                ring.consume(k + 1);
+                let _ = ring.push_used(mem, sc.used);
+                return Err(Place::Ring(e));
+            }
+        }
+    }
+    if cap < need {
+        return Err(Place::Rx(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers }));
+    }
+
+    // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
+    let mut hdr = [0u8; 12];
+    hdr[10..12].copy_from_slice(&k.to_le_bytes());
+    let pieces: [&[u8]; 2] = [&hdr[..hdr_len], frame];
+    let mut piece = 0usize;
+    let mut off = 0usize;
+    sc.used.clear();
+    let mut seg_start = 0usize;
+    let mut write_failed = false;
+    for &(head, seg_end, _) in sc.chains.iter() {
+        let mut written = 0u32;
+        for s in &sc.segs[seg_start..seg_end] {
+            let mut room = s.len as usize;
+            let mut addr = s.addr;
+            while room > 0 && piece < pieces.len() {
+                let src = &pieces[piece][off..];
+                let n = src.len().min(room);
+                if n > 0 && mem.write_slice(&src[..n], GuestAddress(addr)).is_err() {
+                    write_failed = true;
+                }
+                room -= n;
+                addr += n as u64;
+                off += n;
+                written += n as u32;
+                if off == pieces[piece].len() {
+                    piece += 1;
+                    off = 0;
+                }
+            }
+        }
+        seg_start = seg_end;
+        sc.used.push((head, if write_failed { 0 } else { written }));
+    }
+    ring.consume(k);
+    ring.push_used(mem, sc.used).map_err(Place::Ring)?;
+    if write_failed {
+        return Err(Place::Ring(RingError::Memory));
+    }
+    Ok(())
+}
+
 impl Device {
     pub fn new(pairs: u16, threads: usize, hooks: Arc<dyn DeviceHooks>) -> std::io::Result<Self> {
         let vrings = (0..2 * usize::from(pairs))
@@ -244,7 +345,13 @@ impl Device {
             return Err(RingError::BadAddress);
         }
         let event_idx = self.acked_features() & features::EVENT_IDX != 0;
-        st.ring = Some(SplitRing::start(&mem, st.addrs, st.base, event_idx)?);
+        let ring = SplitRing::start(&mem, st.addrs, st.base, event_idx)?;
+        if idx.is_multiple_of(2) {
+            // RX: frames are delivered whenever they come, reading the avail ring then;
+            // a kick would only wake a worker (and take this vring's lock) for nothing.
+            ring.suppress_kicks(&mem);
+        }
+        st.ring = Some(ring);
         self.vrings[idx].started.store(true, Ordering::Release);
         if self.acked_features() & features::PROTOCOL_FEATURES == 0 {
             // Without PROTOCOL_FEATURES a started ring is enabled (vhost-user spec).
@@ -288,129 +395,84 @@ impl Device {
 
     /// Puts one frame into the RX vring of `pair` (see `RxPort::deliver`).
     pub fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
-        if pair >= self.pairs {
-            return Err(RxError::NoSuchQueue);
-        }
-        let c = self.count(pair);
-        let res = self.deliver_inner(pair, frame);
-        match &res {
-            Ok(()) => {
-                c.rx_frames.fetch_add(1, Ordering::Relaxed);
-                c.rx_bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
-            }
-            Err(RxError::NoBuffers) => {
-                c.rx_no_buffers.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                c.rx_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        res
+        let mut out = [Ok(())];
+        self.deliver_batch(pair, &[frame], &mut out);
+        let [r] = out;
+        r
     }
 
-    fn deliver_inner(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
-        if frame.len() > MAX_FRAME {
-            return Err(RxError::TooLarge);
+    /// Puts `frames` into the RX vring of `pair` in order, `out[i]` saying what became of
+    /// `frames[i]` (`out` at least as long as `frames`). One memory-table read, one lock of
+    /// the vring, one `used.idx` publication, one interrupt decision and one counter update
+    /// per call. Once the ring runs out of buffers the rest of the batch is refused with
+    /// `NoBuffers` without looking at the ring again.
+    pub fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+        let out = &mut out[..frames.len()];
+        if pair >= self.pairs {
+            out.iter_mut().for_each(|o| *o = Err(RxError::NoSuchQueue));
+            return;
         }
-        let mem = self.mem().ok_or(RxError::NotReady)?;
+        let c = self.count(pair);
+        self.deliver_locked(pair, frames, out);
+        let (mut frames_ok, mut bytes, mut no_buf, mut dropped) = (0u64, 0u64, 0u64, 0u64);
+        for (f, o) in frames.iter().zip(out.iter()) {
+            match o {
+                Ok(()) => {
+                    frames_ok += 1;
+                    bytes += f.len() as u64;
+                }
+                Err(RxError::NoBuffers) => no_buf += 1,
+                Err(_) => dropped += 1,
+            }
+        }
+        for (ctr, n) in
+            [(&c.rx_frames, frames_ok), (&c.rx_bytes, bytes), (&c.rx_no_buffers, no_buf), (&c.rx_dropped, dropped)]
+        {
+            if n > 0 {
+                ctr.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn deliver_locked(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+        let fail = |out: &mut [Result<(), RxError>], e: RxError| out.iter_mut().for_each(|o| *o = Err(e.clone()));
+        let Some(mem) = self.mem() else {
+            return fail(out, RxError::NotReady);
+        };
         let idx = 2 * usize::from(pair);
         let mut guard = self.lock_vring(idx);
-        let st = &mut *guard;
-        let Some(ring) = st.ring.as_mut() else {
-            return Err(RxError::NotReady);
+        let VringState { ring, enabled, segs, chains, used, call, .. } = &mut *guard;
+        let Some(ring) = ring.as_mut() else {
+            return fail(out, RxError::NotReady);
         };
-        if !st.enabled {
-            return Err(RxError::QueueDisabled);
+        if !*enabled {
+            return fail(out, RxError::QueueDisabled);
         }
-        let acked = self.acked_features();
-        let mrg = acked & features::MRG_RXBUF != 0;
+        let mrg = self.acked_features() & features::MRG_RXBUF != 0;
         let hdr_len = self.hdr_len();
-        let need = (hdr_len + frame.len()) as u64;
-        let pending = ring.pending(&mem).map_err(|e| self.desc_error(pair, e))?;
-        let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
-
-        st.segs.clear();
-        st.chains.clear();
-        let mut cap = 0u64;
-        let mut k = 0u16;
-        while cap < need && k < max_bufs {
-            let head = ring.head(&mem, k).map_err(|e| self.desc_error(pair, e))?;
-            let chain_cap = match ring.walk(&mem, head, true, &mut st.segs) {
-                Ok(0) => Err(RingError::WrongDirection),
-                other => other,
-            };
-            match chain_cap {
-                Ok(n) => {
-                    st.chains.push((head, st.segs.len(), n));
-                    cap += n;
-                    k += 1;
-                }
-                Err(e) => {
-                    // Malformed chain: hand back everything looked at so far with length 0
-                    // (the driver frees such buffers) and drop this frame.
-                    st.used.clear();
-                    st.used.extend(st.chains.iter().map(|&(h, _, _)| (h, 0)));
-                    st.used.push((head, 0));
-                    let old = ring.next_used;
-                    ring.consume(k + 1);
-                    let _ = ring.publish_used(&mem, &st.used);
-                    if ring.needs_notification(&mem, old) && signal(&st.call) {
-                        self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Err(self.desc_error(pair, e));
-                }
-            }
-        }
-        if cap < need {
-            return Err(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers });
-        }
-
-        // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
-        let mut hdr = [0u8; 12];
-        hdr[10..12].copy_from_slice(&k.to_le_bytes());
-        let pieces: [&[u8]; 2] = [&hdr[..hdr_len], frame];
-        let mut piece = 0usize;
-        let mut off = 0usize;
-        st.used.clear();
-        let mut seg_start = 0usize;
-        let mut write_failed = false;
-        for &(head, seg_end, _) in &st.chains {
-            let mut written = 0u32;
-            for s in &st.segs[seg_start..seg_end] {
-                let mut room = s.len as usize;
-                let mut addr = s.addr;
-                while room > 0 && piece < pieces.len() {
-                    let src = &pieces[piece][off..];
-                    let n = src.len().min(room);
-                    if n > 0 && mem.write_slice(&src[..n], GuestAddress(addr)).is_err() {
-                        write_failed = true;
-                    }
-                    room -= n;
-                    addr += n as u64;
-                    off += n;
-                    written += n as u32;
-                    if off == pieces[piece].len() {
-                        piece += 1;
-                        off = 0;
-                    }
-                }
-            }
-            seg_start = seg_end;
-            st.used.push((head, if write_failed { 0 } else { written }));
-        }
         let old = ring.next_used;
-        ring.consume(k);
-        let published = ring.publish_used(&mem, &st.used);
-        if ring.needs_notification(&mem, old) && signal(&st.call) {
+        let mut scratch = Scratch { segs, chains, used };
+        let mut out_of_buffers = false;
+        for (f, o) in frames.iter().zip(out.iter_mut()) {
+            if out_of_buffers {
+                *o = Err(RxError::NoBuffers);
+                continue;
+            }
+            *o = match place_frame(ring, &mut scratch, &mem, f, hdr_len, mrg) {
+                Ok(()) => Ok(()),
+                Err(Place::Rx(e)) => {
+                    out_of_buffers = e == RxError::NoBuffers;
+                    Err(e)
+                }
+                Err(Place::Ring(e)) => Err(self.desc_error(pair, e)),
+            };
+        }
+        if let Err(e) = ring.publish(&mem) {
+            self.desc_error(pair, e);
+        }
+        if ring.next_used != old && ring.needs_notification(&mem, old) && signal(call) {
             self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(e) = published {
-            return Err(self.desc_error(pair, e));
-        }
-        if write_failed {
-            return Err(self.desc_error(pair, RingError::Memory));
-        }
-        Ok(())
     }
 
     fn desc_error(&self, pair: u16, e: RingError) -> RxError {

@@ -118,6 +118,9 @@ impl GuestRx for RxPort {
     fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
         RxPort::deliver(self, pair, frame)
     }
+    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+        self.dev.deliver_batch(pair, frames, out)
+    }
     fn enabled_pairs(&self) -> Vec<bool> {
         RxPort::enabled_pairs(self)
     }

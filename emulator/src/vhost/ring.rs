@@ -102,6 +102,8 @@ pub struct SplitRing {
     pub next_avail: Wrapping<u16>,
     pub next_used: Wrapping<u16>,
     pub event_idx: bool,
+    /// Used elements written after `next_used` but not yet published (`push_used`).
+    unpublished: u16,
 }
 
 fn add(a: u64, b: u64) -> Result<GuestAddress, RingError> {
@@ -113,7 +115,13 @@ impl SplitRing {
     /// (after a stop/start without a device reset the driver's view of `used.idx` is the truth).
     pub fn start(mem: &GuestMemoryMmap, addrs: RingAddrs, base: u16, event_idx: bool) -> Result<Self, RingError> {
         let used_idx: u16 = mem.load(add(addrs.used, 2)?, Ordering::Acquire).map_err(|_| RingError::Memory)?;
-        Ok(SplitRing { addrs, next_avail: Wrapping(base), next_used: Wrapping(u16::from_le(used_idx)), event_idx })
+        Ok(SplitRing {
+            addrs,
+            next_avail: Wrapping(base),
+            next_used: Wrapping(u16::from_le(used_idx)),
+            event_idx,
+            unpublished: 0,
+        })
     }
 
     /// Number of chains the driver made available and we have not consumed yet.
@@ -201,14 +209,19 @@ impl SplitRing {
         self.next_avail += Wrapping(n);
     }
 
-    /// Writes the used elements and then publishes them all with one release store of
-    /// `used.idx`.
+    /// Writes the used elements and then publishes them (and any pushed before) with one
+    /// release store of `used.idx`.
     pub fn publish_used(&mut self, mem: &GuestMemoryMmap, elems: &[(u16, u32)]) -> Result<(), RingError> {
-        if elems.is_empty() {
-            return Ok(());
-        }
+        self.push_used(mem, elems)?;
+        self.publish(mem)
+    }
+
+    /// Writes used elements after the ones already pushed, without publishing them: the
+    /// driver sees none of them until [`SplitRing::publish`]. Every element stands for an
+    /// avail entry consumed, so at most `size` are ever outstanding.
+    pub fn push_used(&mut self, mem: &GuestMemoryMmap, elems: &[(u16, u32)]) -> Result<(), RingError> {
         let size = self.addrs.size;
-        let mut pos = self.next_used;
+        let mut pos = self.next_used + Wrapping(self.unpublished);
         for &(id, len) in elems {
             let slot = u64::from(pos.0 % size);
             let mut raw = [0u8; 8];
@@ -216,10 +229,35 @@ impl SplitRing {
             raw[4..].copy_from_slice(&len.to_le_bytes());
             mem.write_slice(&raw, add(self.addrs.used, 4 + 8 * slot)?).map_err(|_| RingError::Memory)?;
             pos += Wrapping(1);
+            self.unpublished = self.unpublished.wrapping_add(1);
         }
-        mem.store(u16::to_le(pos.0), add(self.addrs.used, 2)?, Ordering::Release).map_err(|_| RingError::Memory)?;
-        self.next_used = pos;
         Ok(())
+    }
+
+    /// Publishes every pushed element with one release store of `used.idx`.
+    pub fn publish(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingError> {
+        if self.unpublished == 0 {
+            return Ok(());
+        }
+        let pos = self.next_used + Wrapping(self.unpublished);
+        self.unpublished = 0;
+        self.next_used = pos;
+        mem.store(u16::to_le(pos.0), add(self.addrs.used, 2)?, Ordering::Release).map_err(|_| RingError::Memory)
+    }
+
+    /// Asks the driver not to kick this ring at all (RX: the device reads the avail ring
+    /// whenever it has a frame, so kicks are never needed). Without EVENT_IDX: NO_NOTIFY in
+    /// `used.flags`. With EVENT_IDX: `avail_event` one behind the next avail entry, so the
+    /// driver's `vring_need_event` stays false until the index wraps (one kick per 65536).
+    pub fn suppress_kicks(&self, mem: &GuestMemoryMmap) {
+        let size = u64::from(self.addrs.size);
+        if self.event_idx {
+            if let Ok(a) = add(self.addrs.used, 4 + 8 * size) {
+                let _ = mem.store(u16::to_le((self.next_avail - Wrapping(1)).0), a, Ordering::Relaxed);
+            }
+        } else {
+            let _ = mem.store(u16::to_le(USED_F_NO_NOTIFY), GuestAddress(self.addrs.used), Ordering::Relaxed);
+        }
     }
 
     /// Whether the driver wants an interrupt after `used.idx` moved from `old` to `next_used`.
