@@ -199,12 +199,21 @@ impl ToGuest for EmulatedNic {
             if let Some(rx) = rx {
                 rx.deliver_batch(q, &group[..m], &mut res[..m]);
             }
+            // Delivered frames are counted together; the rest one by one.
+            let (mut ok, mut bytes, mut via_filter) = (0u64, 0u64, 0u64);
             for k in 0..m {
                 let j = idx[k];
-                if let Some(d) = dec[j].take() {
+                let Some(d) = dec[j].take() else { continue };
+                if rx.is_some() && res[k].is_ok() {
+                    ok += 1;
+                    bytes += frames[j].len() as u64;
+                    via_filter += u64::from(d.filter.is_some() || d.rule.is_some());
+                    out[j] = Delivery { queue: Some(q), delivered: true, filter: d.filter };
+                } else {
                     out[j] = self.delivered(&d, q, frames[j].len(), rx.map(|_| &res[k]));
                 }
             }
+            self.nic.record_delivered(q, ok, bytes, via_filter);
         }
     }
 }

@@ -16,7 +16,7 @@ use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// How the table's capacity is laid out.
@@ -150,6 +150,9 @@ pub struct FilterTable {
     /// The ethtool ntuple rules in location order (`model::ntuple`), checked before
     /// `map`; replaced as a whole under `ctrl` (they change at ethtool speed).
     user: ArcSwap<Vec<Arc<UserRule>>>,
+    /// Whether `user` is non-empty: the datapath's check is a plain load, not an `ArcSwap`
+    /// load (stored after `user`, under `ctrl`).
+    user_any: AtomicBool,
     user_hits: AtomicU64,
     ctrl: Mutex<Ctrl>,
     layout: Layout,
@@ -169,6 +172,7 @@ impl FilterTable {
         FilterTable {
             map: DashMap::with_hasher(ahash::RandomState::new()),
             user: ArcSwap::from_pointee(Vec::new()),
+            user_any: AtomicBool::new(false),
             user_hits: AtomicU64::new(0),
             ctrl: Mutex::new(Ctrl {
                 by_id: HashMap::with_hasher(ahash::RandomState::new()),
@@ -329,6 +333,7 @@ impl FilterTable {
 
     fn publish_user(&self, c: &Ctrl) {
         self.user.store(Arc::new(c.user.values().cloned().collect()));
+        self.user_any.store(!c.user.is_empty(), Ordering::Release);
     }
 
     /// Datapath: the first user rule (lowest location) matching `key`, counting the hit.
@@ -353,10 +358,10 @@ impl FilterTable {
         self.user.load().iter().any(|r| r.spec.context == Some(context))
     }
 
-    /// Whether any user rule is installed (one atomic load: the datapath's fast path).
+    /// Whether any user rule is installed (one plain atomic load: the datapath's fast path).
     #[inline]
     pub fn has_user_rules(&self) -> bool {
-        !self.user.load().is_empty()
+        self.user_any.load(Ordering::Acquire)
     }
 
     /// The user rules in location order, and the packets they took in all.

@@ -386,6 +386,24 @@ impl Nic {
         }
     }
 
+    /// [`Nic::record`] for `frames` frames of `bytes` bytes in all delivered to queue `q`, of
+    /// which `via_filter` were steered by a filter or rule: one update per counter.
+    #[inline]
+    pub fn record_delivered(&self, q: u16, frames: u64, bytes: u64, via_filter: u64) {
+        let Some(c) = self.queues.get(usize::from(q)) else { return };
+        if frames == 0 {
+            return;
+        }
+        c.rx_packets.fetch_add(frames, Relaxed);
+        c.rx_bytes.fetch_add(bytes, Relaxed);
+        if via_filter > 0 {
+            c.filter_delivered.fetch_add(via_filter, Relaxed);
+        }
+        if frames > via_filter {
+            c.rss_delivered.fetch_add(frames - via_filter, Relaxed);
+        }
+    }
+
     /// Count a control frame put on (or dropped from) queue `q`.
     pub fn record_control(&self, q: u16, bytes: usize, delivered: bool) {
         let Some(c) = self.queues.get(usize::from(q)) else { return };

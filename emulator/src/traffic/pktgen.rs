@@ -330,7 +330,8 @@ mod tests {
         assert_eq!(g.counters().offered, 0);
         g.link(true);
         let t = std::time::Instant::now();
-        while g.counters().dropped == 0 && t.elapsed() < Duration::from_secs(20) {
+        let full = |c: PktgenCounters| c.delivered == 4 * 20_000 && c.dropped > 0;
+        while !full(g.counters()) && t.elapsed() < Duration::from_secs(20) {
             std::thread::sleep(Duration::from_millis(10));
         }
         g.stop();

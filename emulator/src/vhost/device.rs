@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -183,10 +183,17 @@ fn place_frame(
         for s in &sc.segs[seg_start..seg_end] {
             let mut room = s.len as usize;
             let mut addr = s.addr;
+            // One region lookup per segment (`walk` checked it lies in guest memory); a
+            // segment that crosses regions is written piece by piece through `mem`.
+            let slice = mem.get_slice(GuestAddress(s.addr), room).ok();
             while room > 0 && piece < pieces.len() {
                 let src = &pieces[piece][off..];
                 let n = src.len().min(room);
-                if n > 0 && mem.write_slice(&src[..n], GuestAddress(addr)).is_err() {
+                let ok = match &slice {
+                    Some(vs) => vs.write_slice(&src[..n], (addr - s.addr) as usize).is_ok(),
+                    None => mem.write_slice(&src[..n], GuestAddress(addr)).is_ok(),
+                };
+                if n > 0 && !ok {
                     write_failed = true;
                 }
                 room -= n;
