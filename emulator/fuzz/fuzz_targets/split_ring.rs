@@ -20,7 +20,9 @@
 //! The target then does what the backend's TX worker and RX delivery do: up to four rounds
 //! of pending / head / walk (RX: chains appended to one segment list, as for a mergeable
 //! buffer), consume, publish_used or push_used + publish (RX batches) with suppress_kicks,
-//! needs_notification, enable/disable_notification.
+//! needs_notification, enable/disable_notification. Even rounds also go through a
+//! `RingView` (the batch path's slices of the ring areas) and must agree with the
+//! region-by-region reads.
 //!
 //! Property: no panic, bounded work, and every segment `walk` returns is inside guest
 //! memory, non-empty and adds up to the returned length, at most MAX_CHAIN_SEGMENTS per chain.
@@ -30,7 +32,7 @@
 use std::num::Wrapping;
 use std::sync::LazyLock;
 
-use arfsnic::vhost::ring::{range_ok, RingAddrs, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
+use arfsnic::vhost::ring::{range_ok, RingAddrs, RingView, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -150,10 +152,16 @@ fuzz_target!(|data: &[u8]| {
     let mut segs = Vec::new();
     let mut used = Vec::new();
     for round in 0..4 {
+        // Even rounds also read the ring through slices of its areas (the RX batch path)
+        // and must see exactly what the region-by-region path sees.
+        let view = if round % 2 == 0 { RingView::new(mem, &ring.addrs) } else { None };
         let Ok(pending) = ring.pending(mem) else {
             break;
         };
         assert!(pending <= size);
+        if let Some(v) = &view {
+            assert_eq!(ring.pending_in(v).ok(), Some(pending));
+        }
         if pending == 0 {
             match ring.enable_notification(mem) {
                 Ok(true) => continue,
@@ -170,11 +178,23 @@ fuzz_target!(|data: &[u8]| {
                 break;
             };
             assert!(head < size);
+            if let Some(v) = &view {
+                assert_eq!(ring.head_in(v, k).ok(), Some(head));
+            }
             if !writable {
                 segs.clear();
             }
             let from = segs.len();
-            match ring.walk(mem, head, writable, &mut segs) {
+            let walked = ring.walk(mem, head, writable, &mut segs);
+            if let Some(v) = &view {
+                let mut again = Vec::new();
+                let w = ring.walk_in(v, mem, head, writable, &mut again);
+                assert_eq!(w, walked);
+                if walked.is_ok() {
+                    assert_eq!(&again[..], &segs[from..]);
+                }
+            }
+            match walked {
                 Ok(total) => {
                     assert!(segs.len() - from <= MAX_CHAIN_SEGMENTS);
                     check_segments(mem, &segs[from..], total);
@@ -191,16 +211,34 @@ fuzz_target!(|data: &[u8]| {
         // RX batches push the used elements of several frames and publish them once; TX
         // publishes per batch: alternate the two.
         let (first, rest) = used.split_at(used.len() / 2);
-        if round % 2 == 0 {
-            if ring.push_used(mem, first).and_then(|_| ring.push_used(mem, rest)).and_then(|_| ring.publish(mem)).is_err()
+        if let Some(v) = &view {
+            if ring
+                .push_used_in(v, first)
+                .and_then(|_| ring.push_used_in(v, rest))
+                .and_then(|_| ring.publish_in(v))
+                .is_err()
             {
                 broken = true;
             }
             ring.suppress_kicks(mem);
-        } else if ring.publish_used(mem, &used).is_err() {
-            broken = true;
+            let _ = ring.needs_notification_in(v, old);
+        } else if round % 2 == 0 {
+            if ring
+                .push_used(mem, first)
+                .and_then(|_| ring.push_used(mem, rest))
+                .and_then(|_| ring.publish(mem))
+                .is_err()
+            {
+                broken = true;
+            }
+            ring.suppress_kicks(mem);
+            let _ = ring.needs_notification(mem, old);
+        } else {
+            if ring.publish_used(mem, &used).is_err() {
+                broken = true;
+            }
+            let _ = ring.needs_notification(mem, old);
         }
-        let _ = ring.needs_notification(mem, old);
         if broken {
             break;
         }

@@ -12,7 +12,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::ring::{RingAddrs, RingError, Seg, SplitRing};
+use super::ring::{Direct, RingAccess, RingAddrs, RingError, RingView, Seg, SplitRing};
 use super::{features, DeviceHooks, PairCounters, RxError, MAX_FRAME};
 
 /// Most RX buffers (descriptor chains) one MRG_RXBUF frame may span.
@@ -127,6 +127,7 @@ enum Place {
 /// the chains looked at before it (the driver frees such buffers), and the frame is dropped.
 fn place_frame(
     ring: &mut SplitRing,
+    a: &impl RingAccess,
     sc: &mut Scratch<'_>,
     mem: &GuestMemoryMmap,
     frame: &[u8],
@@ -137,15 +138,15 @@ fn place_frame(
         return Err(Place::Rx(RxError::TooLarge));
     }
     let need = (hdr_len + frame.len()) as u64;
-    let pending = ring.pending(mem).map_err(Place::Ring)?;
+    let pending = ring.pending_in(a).map_err(Place::Ring)?;
     let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
     sc.segs.clear();
     sc.chains.clear();
     let mut cap = 0u64;
     let mut k = 0u16;
     while cap < need && k < max_bufs {
-        let head = ring.head(mem, k).map_err(Place::Ring)?;
-        let chain_cap = match ring.walk(mem, head, true, sc.segs) {
+        let head = ring.head_in(a, k).map_err(Place::Ring)?;
+        let chain_cap = match ring.walk_in(a, mem, head, true, sc.segs) {
             Ok(0) => Err(RingError::WrongDirection),
             other => other,
         };
@@ -160,7 +161,7 @@ fn place_frame(
                 sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
                 sc.used.push((head, 0));
                 ring.consume(k + 1);
-                let _ = ring.push_used(mem, sc.used);
+                let _ = ring.push_used_in(a, sc.used);
                 return Err(Place::Ring(e));
             }
         }
@@ -210,7 +211,7 @@ fn place_frame(
         sc.used.push((head, if write_failed { 0 } else { written }));
     }
     ring.consume(k);
-    ring.push_used(mem, sc.used).map_err(Place::Ring)?;
+    ring.push_used_in(a, sc.used).map_err(Place::Ring)?;
     if write_failed {
         return Err(Place::Ring(RingError::Memory));
     }
@@ -457,15 +458,40 @@ impl Device {
         }
         let mrg = self.acked_features() & features::MRG_RXBUF != 0;
         let hdr_len = self.hdr_len();
-        let old = ring.next_used;
         let mut scratch = Scratch { segs, chains, used };
+        // The ring's areas as slices taken once for the batch; through guest memory (a
+        // region lookup per access) when an area crosses a region boundary.
+        match RingView::new(&mem, &ring.addrs) {
+            Some(v) => self.fill(pair, ring, &v, &mem, &mut scratch, frames, out, (hdr_len, mrg), call),
+            None => {
+                let d = Direct::new(&mem, ring.addrs);
+                self.fill(pair, ring, &d, &mem, &mut scratch, frames, out, (hdr_len, mrg), call)
+            }
+        }
+    }
+
+    /// Places `frames` one after the other, then publishes them and decides on one interrupt.
+    #[allow(clippy::too_many_arguments)]
+    fn fill(
+        &self,
+        pair: u16,
+        ring: &mut SplitRing,
+        a: &impl RingAccess,
+        mem: &GuestMemoryMmap,
+        scratch: &mut Scratch<'_>,
+        frames: &[&[u8]],
+        out: &mut [Result<(), RxError>],
+        (hdr_len, mrg): (usize, bool),
+        call: &Option<File>,
+    ) {
+        let old = ring.next_used;
         let mut out_of_buffers = false;
         for (f, o) in frames.iter().zip(out.iter_mut()) {
             if out_of_buffers {
                 *o = Err(RxError::NoBuffers);
                 continue;
             }
-            *o = match place_frame(ring, &mut scratch, &mem, f, hdr_len, mrg) {
+            *o = match place_frame(ring, a, scratch, mem, f, hdr_len, mrg) {
                 Ok(()) => Ok(()),
                 Err(Place::Rx(e)) => {
                     out_of_buffers = e == RxError::NoBuffers;
@@ -474,10 +500,10 @@ impl Device {
                 Err(Place::Ring(e)) => Err(self.desc_error(pair, e)),
             };
         }
-        if let Err(e) = ring.publish(&mem) {
+        if let Err(e) = ring.publish_in(a) {
             self.desc_error(pair, e);
         }
-        if ring.next_used != old && ring.needs_notification(&mem, old) && signal(call) {
+        if ring.next_used != old && ring.needs_notification_in(a, old) && signal(call) {
             self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -507,12 +533,12 @@ impl Device {
         let hdr_len = self.hdr_len();
         let c = self.count(pair);
         let mut guard = self.lock_vring(idx);
-        let st = &mut *guard;
+        let VringState { ring, enabled, segs, used, call, .. } = &mut *guard;
         loop {
-            let Some(ring) = st.ring.as_mut() else {
+            let Some(ring) = ring.as_mut() else {
                 return;
             };
-            if !st.enabled {
+            if !*enabled {
                 return;
             }
             let n = match ring.pending(&mem) {
@@ -530,64 +556,109 @@ impl Device {
                 }
             }
             ring.disable_notification(&mem);
-            st.used.clear();
-            let mut broken = false;
-            for k in 0..n.min(TX_BATCH) {
-                let head = match ring.head(&mem, k) {
-                    Ok(h) => h,
-                    Err(_) => {
-                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                        broken = true;
-                        break;
-                    }
-                };
-                st.segs.clear();
-                match ring.walk(&mem, head, false, &mut st.segs) {
-                    Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
-                        c.tx_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(total) => {
-                        let total = total as usize;
-                        let mut pos = 0usize;
-                        let mut ok = true;
-                        for s in &st.segs {
-                            let l = s.len as usize;
-                            if mem.read_slice(&mut buf[pos..pos + l], GuestAddress(s.addr)).is_err() {
-                                ok = false;
-                                break;
-                            }
-                            pos += l;
-                        }
-                        if ok {
-                            let frame = &buf[hdr_len..total];
-                            c.tx_frames.fetch_add(1, Ordering::Relaxed);
-                            c.tx_bytes.fetch_add(frame.len() as u64, Ordering::Relaxed);
-                            self.hooks.on_tx(pair, frame);
-                        } else {
-                            c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        crate::warn_ratelimited!("vhost: pair {pair}: bad TX chain (counted in desc_errors): {e}");
-                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                    }
+            let mut tx = TxBatch { segs, used, buf, hdr_len, call };
+            // As on RX: the ring's areas as slices for the batch when each lies in one region.
+            let broken = match RingView::new(&mem, &ring.addrs) {
+                Some(v) => self.take_tx(pair, ring, &v, &mem, &mut tx, n.min(TX_BATCH)),
+                None => {
+                    let d = Direct::new(&mem, ring.addrs);
+                    self.take_tx(pair, ring, &d, &mem, &mut tx, n.min(TX_BATCH))
                 }
-                st.used.push((head, 0));
-            }
-            let old = ring.next_used;
-            ring.consume(st.used.len() as u16);
-            if ring.publish_used(&mem, &st.used).is_err() {
-                c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                broken = true;
-            }
-            if ring.needs_notification(&mem, old) && signal(&st.call) {
-                c.interrupts.fetch_add(1, Ordering::Relaxed);
-            }
+            };
             if broken {
                 return;
             }
         }
     }
+
+    /// Takes `n` chains from a TX ring, hands each frame to `on_tx`, publishes them all and
+    /// decides on one interrupt. Returns true if the ring is broken (stop for now).
+    fn take_tx(
+        &self,
+        pair: u16,
+        ring: &mut SplitRing,
+        a: &impl RingAccess,
+        mem: &GuestMemoryMmap,
+        tx: &mut TxBatch<'_>,
+        n: u16,
+    ) -> bool {
+        let c = self.count(pair);
+        let hdr_len = tx.hdr_len;
+        tx.used.clear();
+        let mut broken = false;
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        for k in 0..n {
+            let head = match ring.head_in(a, k) {
+                Ok(h) => h,
+                Err(_) => {
+                    c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                    broken = true;
+                    break;
+                }
+            };
+            tx.segs.clear();
+            match ring.walk_in(a, mem, head, false, tx.segs) {
+                Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
+                    c.tx_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(total) => {
+                    let total = total as usize;
+                    let mut pos = 0usize;
+                    let mut ok = true;
+                    for s in tx.segs.iter() {
+                        let l = s.len as usize;
+                        // `walk` checked the segment is in guest memory and `total` fits `buf`.
+                        let dst = &mut tx.buf[pos..pos + l];
+                        let read = match mem.get_slice(GuestAddress(s.addr), l) {
+                            Ok(vs) => vs.read_slice(dst, 0).is_ok(),
+                            Err(_) => mem.read_slice(dst, GuestAddress(s.addr)).is_ok(),
+                        };
+                        if !read {
+                            ok = false;
+                            break;
+                        }
+                        pos += l;
+                    }
+                    if ok {
+                        let frame = &tx.buf[hdr_len..total];
+                        frames += 1;
+                        bytes += frame.len() as u64;
+                        self.hooks.on_tx(pair, frame);
+                    } else {
+                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => {
+                    crate::warn_ratelimited!("vhost: pair {pair}: bad TX chain (counted in desc_errors): {e}");
+                    c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            tx.used.push((head, 0));
+        }
+        if frames > 0 {
+            c.tx_frames.fetch_add(frames, Ordering::Relaxed);
+            c.tx_bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        let old = ring.next_used;
+        ring.consume(tx.used.len() as u16);
+        if ring.push_used_in(a, tx.used).and_then(|()| ring.publish_in(a)).is_err() {
+            c.desc_errors.fetch_add(1, Ordering::Relaxed);
+            broken = true;
+        }
+        if ring.needs_notification_in(a, old) && signal(tx.call) {
+            c.interrupts.fetch_add(1, Ordering::Relaxed);
+        }
+        broken
+    }
+}
+
+/// What one TX batch works with, borrowed from the vring's state.
+struct TxBatch<'a> {
+    segs: &'a mut Vec<Seg>,
+    used: &'a mut Vec<(u16, u32)>,
+    buf: &'a mut [u8],
+    hdr_len: usize,
+    call: &'a Option<File>,
 }
 
 fn set_nonblocking(f: &File) {

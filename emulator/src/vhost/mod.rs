@@ -16,8 +16,10 @@
 //! * Worker threads: epoll on the kick eventfds of their vrings (+ a 100 ms timer as a safety
 //!   net). TX vrings are drained there and each frame goes to [`DeviceHooks::on_tx`]. RX vrings
 //!   are never waited on: [`RxPort::deliver`] reads the avail ring directly whenever a frame
-//!   comes (guests kick RX queues only a handful of times even under flood), so refill never
-//!   depends on kicks. Each vring has its own mutex; deliver() is safe from any thread.
+//!   comes, so refill never depends on kicks, and a started RX ring asks the driver not to
+//!   kick it (`SplitRing::suppress_kicks`). Each vring has its own mutex; deliver() is safe
+//!   from any thread. `GuestRx::deliver_batch` puts several frames into one RX vring under
+//!   one lock, with one `used.idx` publication and one interrupt decision.
 //! * Rings are parsed by our own split-ring code ([`ring`]) with bounds on everything the guest
 //!   controls (see there).
 //!

@@ -18,7 +18,7 @@
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
 
 const DESC_F_NEXT: u16 = 1;
 const DESC_F_WRITE: u16 = 2;
@@ -95,6 +95,108 @@ pub fn range_ok(mem: &GuestMemoryMmap, addr: u64, len: u64) -> bool {
     }
 }
 
+/// One of a ring's three areas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Area {
+    Desc,
+    Avail,
+    Used,
+}
+
+/// Reads and writes inside a ring's own areas (offsets from the area's start). Two ways:
+/// [`Direct`] goes through guest memory with a region lookup per access; [`RingView`] holds
+/// a slice of each area, taken once (per batch), and only checks offsets.
+pub trait RingAccess {
+    fn load16(&self, area: Area, off: u64, ord: Ordering) -> Result<u16, RingError>;
+    fn store16(&self, area: Area, off: u64, v: u16, ord: Ordering) -> Result<(), RingError>;
+    fn read(&self, area: Area, off: u64, buf: &mut [u8]) -> Result<(), RingError>;
+    fn write(&self, area: Area, off: u64, buf: &[u8]) -> Result<(), RingError>;
+}
+
+/// Ring access through guest memory, one region lookup per access (works when an area
+/// spans regions).
+pub struct Direct<'a> {
+    mem: &'a GuestMemoryMmap,
+    addrs: RingAddrs,
+}
+
+impl<'a> Direct<'a> {
+    pub fn new(mem: &'a GuestMemoryMmap, addrs: RingAddrs) -> Self {
+        Direct { mem, addrs }
+    }
+    fn at(&self, area: Area, off: u64) -> Result<GuestAddress, RingError> {
+        let base = match area {
+            Area::Desc => self.addrs.desc,
+            Area::Avail => self.addrs.avail,
+            Area::Used => self.addrs.used,
+        };
+        add(base, off)
+    }
+}
+
+impl RingAccess for Direct<'_> {
+    fn load16(&self, area: Area, off: u64, ord: Ordering) -> Result<u16, RingError> {
+        self.mem.load(self.at(area, off)?, ord).map_err(|_| RingError::Memory)
+    }
+    fn store16(&self, area: Area, off: u64, v: u16, ord: Ordering) -> Result<(), RingError> {
+        self.mem.store(v, self.at(area, off)?, ord).map_err(|_| RingError::Memory)
+    }
+    fn read(&self, area: Area, off: u64, buf: &mut [u8]) -> Result<(), RingError> {
+        self.mem.read_slice(buf, self.at(area, off)?).map_err(|_| RingError::Memory)
+    }
+    fn write(&self, area: Area, off: u64, buf: &[u8]) -> Result<(), RingError> {
+        self.mem.write_slice(buf, self.at(area, off)?).map_err(|_| RingError::Memory)
+    }
+}
+
+/// Slices of a ring's three areas, each inside one memory region, taken once and used for
+/// many accesses (a batch of frames): no region lookup per access, offsets still checked.
+pub struct RingView<'a> {
+    desc: VolatileSlice<'a, ()>,
+    avail: VolatileSlice<'a, ()>,
+    used: VolatileSlice<'a, ()>,
+}
+
+impl<'a> RingView<'a> {
+    /// `None` when an area crosses a region boundary (use [`Direct`] then) or is not in
+    /// guest memory.
+    pub fn new(mem: &'a GuestMemoryMmap, addrs: &RingAddrs) -> Option<Self> {
+        let size = usize::from(addrs.size);
+        let slice = |a: u64, l: usize| mem.get_slice(GuestAddress(a), l).ok();
+        Some(RingView {
+            desc: slice(addrs.desc, 16 * size)?,
+            avail: slice(addrs.avail, 6 + 2 * size)?,
+            used: slice(addrs.used, 6 + 8 * size)?,
+        })
+    }
+    fn area(&self, area: Area) -> &VolatileSlice<'a, ()> {
+        match area {
+            Area::Desc => &self.desc,
+            Area::Avail => &self.avail,
+            Area::Used => &self.used,
+        }
+    }
+}
+
+impl RingAccess for RingView<'_> {
+    fn load16(&self, area: Area, off: u64, ord: Ordering) -> Result<u16, RingError> {
+        let off = usize::try_from(off).map_err(|_| RingError::BadAddress)?;
+        self.area(area).load(off, ord).map_err(|_| RingError::Memory)
+    }
+    fn store16(&self, area: Area, off: u64, v: u16, ord: Ordering) -> Result<(), RingError> {
+        let off = usize::try_from(off).map_err(|_| RingError::BadAddress)?;
+        self.area(area).store(v, off, ord).map_err(|_| RingError::Memory)
+    }
+    fn read(&self, area: Area, off: u64, buf: &mut [u8]) -> Result<(), RingError> {
+        let off = usize::try_from(off).map_err(|_| RingError::BadAddress)?;
+        self.area(area).read_slice(buf, off).map_err(|_| RingError::Memory)
+    }
+    fn write(&self, area: Area, off: u64, buf: &[u8]) -> Result<(), RingError> {
+        let off = usize::try_from(off).map_err(|_| RingError::BadAddress)?;
+        self.area(area).write_slice(buf, off).map_err(|_| RingError::Memory)
+    }
+}
+
 /// Device-side state of one started split ring.
 #[derive(Debug)]
 pub struct SplitRing {
@@ -124,10 +226,19 @@ impl SplitRing {
         })
     }
 
+    /// Ring access through guest memory ([`Direct`]).
+    pub fn direct<'a>(&self, mem: &'a GuestMemoryMmap) -> Direct<'a> {
+        Direct::new(mem, self.addrs)
+    }
+
     /// Number of chains the driver made available and we have not consumed yet.
     pub fn pending(&self, mem: &GuestMemoryMmap) -> Result<u16, RingError> {
-        let idx: u16 = mem.load(add(self.addrs.avail, 2)?, Ordering::Acquire).map_err(|_| RingError::Memory)?;
-        let idx = u16::from_le(idx);
+        self.pending_in(&self.direct(mem))
+    }
+
+    /// [`SplitRing::pending`] through `a`.
+    pub fn pending_in(&self, a: &impl RingAccess) -> Result<u16, RingError> {
+        let idx = u16::from_le(a.load16(Area::Avail, 2, Ordering::Acquire)?);
         let n = (Wrapping(idx) - self.next_avail).0;
         if n > self.addrs.size {
             return Err(RingError::BadAvailIdx { avail: idx, next: self.next_avail.0 });
@@ -137,10 +248,13 @@ impl SplitRing {
 
     /// Head descriptor index of the `k`-th unconsumed avail entry (`k < pending`).
     pub fn head(&self, mem: &GuestMemoryMmap, k: u16) -> Result<u16, RingError> {
+        self.head_in(&self.direct(mem), k)
+    }
+
+    /// [`SplitRing::head`] through `a`.
+    pub fn head_in(&self, a: &impl RingAccess, k: u16) -> Result<u16, RingError> {
         let slot = u64::from((self.next_avail + Wrapping(k)).0 % self.addrs.size);
-        let v: u16 =
-            mem.load(add(self.addrs.avail, 4 + 2 * slot)?, Ordering::Relaxed).map_err(|_| RingError::Memory)?;
-        let head = u16::from_le(v);
+        let head = u16::from_le(a.load16(Area::Avail, 4 + 2 * slot, Ordering::Relaxed)?);
         if head >= self.addrs.size {
             return Err(RingError::BadHead(head));
         }
@@ -151,10 +265,22 @@ impl SplitRing {
     /// must have the direction `writable`; their ranges are checked against guest memory.
     /// Returns the total byte length (bounded by `MAX_CHAIN_SEGMENTS * u32::MAX`).
     pub fn walk(&self, mem: &GuestMemoryMmap, head: u16, writable: bool, out: &mut Vec<Seg>) -> Result<u64, RingError> {
-        let mut table = self.addrs.desc;
+        self.walk_in(&self.direct(mem), mem, head, writable, out)
+    }
+
+    /// [`SplitRing::walk`] reading the ring's descriptor table through `a` (indirect tables
+    /// and the segments' ranges through `mem`).
+    pub fn walk_in(
+        &self,
+        a: &impl RingAccess,
+        mem: &GuestMemoryMmap,
+        head: u16,
+        writable: bool,
+        out: &mut Vec<Seg>,
+    ) -> Result<u64, RingError> {
+        let mut indirect_table: Option<u64> = None;
         let mut table_len = u32::from(self.addrs.size);
         let mut idx = u32::from(head);
-        let mut indirect = false;
         let mut hops = 0usize;
         let mut total = 0u64;
         let start = out.len();
@@ -167,22 +293,24 @@ impl SplitRing {
                 return Err(RingError::BadNext(idx as u16));
             }
             let mut raw = [0u8; 16];
-            mem.read_slice(&mut raw, add(table, 16 * u64::from(idx))?).map_err(|_| RingError::Memory)?;
+            match indirect_table {
+                None => a.read(Area::Desc, 16 * u64::from(idx), &mut raw)?,
+                Some(t) => mem.read_slice(&mut raw, add(t, 16 * u64::from(idx))?).map_err(|_| RingError::Memory)?,
+            }
             let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap_or_default());
             let len = u32::from_le_bytes(raw[8..12].try_into().unwrap_or_default());
             let flags = u16::from_le_bytes([raw[12], raw[13]]);
             let next = u16::from_le_bytes([raw[14], raw[15]]);
             if flags & DESC_F_INDIRECT != 0 {
                 // Only one level, only as the sole/last element of the main chain.
-                if indirect || !len.is_multiple_of(16) || len == 0 {
+                if indirect_table.is_some() || !len.is_multiple_of(16) || len == 0 {
                     return Err(RingError::BadIndirect);
                 }
                 let n = len / 16;
                 if n as usize > MAX_CHAIN_SEGMENTS || !range_ok(mem, addr, u64::from(len)) {
                     return Err(RingError::BadIndirect);
                 }
-                indirect = true;
-                table = addr;
+                indirect_table = Some(addr);
                 table_len = n;
                 idx = 0;
                 continue;
@@ -212,14 +340,21 @@ impl SplitRing {
     /// Writes the used elements and then publishes them (and any pushed before) with one
     /// release store of `used.idx`.
     pub fn publish_used(&mut self, mem: &GuestMemoryMmap, elems: &[(u16, u32)]) -> Result<(), RingError> {
-        self.push_used(mem, elems)?;
-        self.publish(mem)
+        let a = self.direct(mem);
+        self.push_used_in(&a, elems)?;
+        self.publish_in(&a)
     }
 
     /// Writes used elements after the ones already pushed, without publishing them: the
     /// driver sees none of them until [`SplitRing::publish`]. Every element stands for an
     /// avail entry consumed, so at most `size` are ever outstanding.
     pub fn push_used(&mut self, mem: &GuestMemoryMmap, elems: &[(u16, u32)]) -> Result<(), RingError> {
+        let a = self.direct(mem);
+        self.push_used_in(&a, elems)
+    }
+
+    /// [`SplitRing::push_used`] through `a`.
+    pub fn push_used_in(&mut self, a: &impl RingAccess, elems: &[(u16, u32)]) -> Result<(), RingError> {
         let size = self.addrs.size;
         let mut pos = self.next_used + Wrapping(self.unpublished);
         for &(id, len) in elems {
@@ -227,7 +362,7 @@ impl SplitRing {
             let mut raw = [0u8; 8];
             raw[..4].copy_from_slice(&u32::from(id).to_le_bytes());
             raw[4..].copy_from_slice(&len.to_le_bytes());
-            mem.write_slice(&raw, add(self.addrs.used, 4 + 8 * slot)?).map_err(|_| RingError::Memory)?;
+            a.write(Area::Used, 4 + 8 * slot, &raw)?;
             pos += Wrapping(1);
             self.unpublished = self.unpublished.wrapping_add(1);
         }
@@ -236,13 +371,19 @@ impl SplitRing {
 
     /// Publishes every pushed element with one release store of `used.idx`.
     pub fn publish(&mut self, mem: &GuestMemoryMmap) -> Result<(), RingError> {
+        let a = self.direct(mem);
+        self.publish_in(&a)
+    }
+
+    /// [`SplitRing::publish`] through `a`.
+    pub fn publish_in(&mut self, a: &impl RingAccess) -> Result<(), RingError> {
         if self.unpublished == 0 {
             return Ok(());
         }
         let pos = self.next_used + Wrapping(self.unpublished);
         self.unpublished = 0;
         self.next_used = pos;
-        mem.store(u16::to_le(pos.0), add(self.addrs.used, 2)?, Ordering::Release).map_err(|_| RingError::Memory)
+        a.store16(Area::Used, 2, u16::to_le(pos.0), Ordering::Release)
     }
 
     /// Asks the driver not to kick this ring at all (RX: the device reads the avail ring
@@ -250,25 +391,26 @@ impl SplitRing {
     /// `used.flags`. With EVENT_IDX: `avail_event` one behind the next avail entry, so the
     /// driver's `vring_need_event` stays false until the index wraps (one kick per 65536).
     pub fn suppress_kicks(&self, mem: &GuestMemoryMmap) {
+        let a = self.direct(mem);
         let size = u64::from(self.addrs.size);
-        if self.event_idx {
-            if let Ok(a) = add(self.addrs.used, 4 + 8 * size) {
-                let _ = mem.store(u16::to_le((self.next_avail - Wrapping(1)).0), a, Ordering::Relaxed);
-            }
+        let _ = if self.event_idx {
+            a.store16(Area::Used, 4 + 8 * size, u16::to_le((self.next_avail - Wrapping(1)).0), Ordering::Relaxed)
         } else {
-            let _ = mem.store(u16::to_le(USED_F_NO_NOTIFY), GuestAddress(self.addrs.used), Ordering::Relaxed);
-        }
+            a.store16(Area::Used, 0, u16::to_le(USED_F_NO_NOTIFY), Ordering::Relaxed)
+        };
     }
 
     /// Whether the driver wants an interrupt after `used.idx` moved from `old` to `next_used`.
     pub fn needs_notification(&self, mem: &GuestMemoryMmap, old: Wrapping<u16>) -> bool {
+        self.needs_notification_in(&self.direct(mem), old)
+    }
+
+    /// [`SplitRing::needs_notification`] through `a`.
+    pub fn needs_notification_in(&self, a: &impl RingAccess, old: Wrapping<u16>) -> bool {
         fence(Ordering::SeqCst);
         let size = u64::from(self.addrs.size);
         if self.event_idx {
-            let Ok(a) = add(self.addrs.avail, 4 + 2 * size) else {
-                return true;
-            };
-            let Ok(ev) = mem.load::<u16>(a, Ordering::Relaxed) else {
+            let Ok(ev) = a.load16(Area::Avail, 4 + 2 * size, Ordering::Relaxed) else {
                 return true;
             };
             let event = Wrapping(u16::from_le(ev));
@@ -276,7 +418,7 @@ impl SplitRing {
             // vring_need_event(event, new, old)
             (new - event - Wrapping(1)) < (new - old)
         } else {
-            match mem.load::<u16>(GuestAddress(self.addrs.avail), Ordering::Relaxed) {
+            match a.load16(Area::Avail, 0, Ordering::Relaxed) {
                 Ok(f) => u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0,
                 Err(_) => true,
             }
@@ -287,21 +429,21 @@ impl SplitRing {
     /// `avail_event = next_avail`; else clear NO_NOTIFY). Returns true if new chains arrived
     /// meanwhile (the caller must process them, no kick will come for them).
     pub fn enable_notification(&self, mem: &GuestMemoryMmap) -> Result<bool, RingError> {
+        let a = self.direct(mem);
         let size = u64::from(self.addrs.size);
         if self.event_idx {
-            mem.store(u16::to_le(self.next_avail.0), add(self.addrs.used, 4 + 8 * size)?, Ordering::Relaxed)
-                .map_err(|_| RingError::Memory)?;
+            a.store16(Area::Used, 4 + 8 * size, u16::to_le(self.next_avail.0), Ordering::Relaxed)?;
         } else {
-            mem.store(0u16, GuestAddress(self.addrs.used), Ordering::Relaxed).map_err(|_| RingError::Memory)?;
+            a.store16(Area::Used, 0, 0, Ordering::Relaxed)?;
         }
         fence(Ordering::SeqCst);
-        Ok(self.pending(mem)? != 0)
+        Ok(self.pending_in(&a)? != 0)
     }
 
     /// Asks the driver not to kick (only meaningful without EVENT_IDX).
     pub fn disable_notification(&self, mem: &GuestMemoryMmap) {
         if !self.event_idx {
-            let _ = mem.store(u16::to_le(USED_F_NO_NOTIFY), GuestAddress(self.addrs.used), Ordering::Relaxed);
+            let _ = self.direct(mem).store16(Area::Used, 0, u16::to_le(USED_F_NO_NOTIFY), Ordering::Relaxed);
         }
     }
 }
