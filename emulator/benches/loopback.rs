@@ -13,7 +13,10 @@
 //! Everything runs on the calling thread, so elements/s is packets/s per core.
 //!
 //! Variants, each for 64 B and 1514 B frames (Ethernet, no FCS):
-//! * `datapath`: the above;
+//! * `datapath`: the above, in bursts of 32 through `EmulatedNic::to_guest_batch` (one
+//!   clock read per burst; per queue one ring lock, one `used.idx` publication and one
+//!   interrupt decision);
+//! * `datapath_1by1`: the same through `EmulatedNic::to_guest`, one frame at a time;
 //! * `deliver_only`: `RxPort::deliver` to a precomputed queue (ring logic + copy, no classify);
 //! * `classify_only`: `Nic::classify_frame` + `Nic::record` (no ring, no copy);
 //! * `memcpy_vm_memory`: baseline, the 12-byte header + frame written with vm-memory's
@@ -21,7 +24,9 @@
 //! * `memcpy_raw`: baseline, the same with `ptr::copy_nonoverlapping` into the mapping.
 //!
 //! After criterion, an interleaved summary (rounds alternate the variants so they see the
-//! same machine noise; median of the rounds) prints Mpps and ratios to the baselines.
+//! same machine noise; median of the rounds) prints Mpps and ratios to the baselines, then
+//! multiqueue scaling: `datapath` on 1 and 2 threads (`LOOPBACK_THREADS=1,2,4`), thread t
+//! owning the queues q with q % threads == t and recycling its own rings.
 //! Numbers: docs/performance.md ("Loopback datapath").
 
 use std::hint::black_box;
@@ -35,8 +40,8 @@ use arfsnic::device::EmulatedNic;
 use arfsnic::model::filter::Action;
 use arfsnic::model::nic::Nic;
 use arfsnic::model::profile::Profile;
-use arfsnic::traffic::ToGuest;
-use arfsnic::vhost::testing::{Frontend, GuestMem, Vrings, NET_HDR_LEN};
+use arfsnic::traffic::{Delivery, ToGuest};
+use arfsnic::vhost::testing::{DrvRing, Frontend, GuestMem, Vrings, NET_HDR_LEN};
 use arfsnic::vhost::{Backend, RxPort, ServeConfig};
 use arfsnic::wire::{FlowKey, L4Proto};
 use criterion::{Criterion, Throughput};
@@ -50,6 +55,9 @@ const BUF_BASE: u64 = 0x10_0000;
 const MEM_SIZE: u64 = 8 << 20;
 /// Frames per iteration; equal to the ring size, so no queue can run out of buffers.
 const BATCH: usize = 256;
+/// Frames per `to_guest_batch` call (DPDK testpmd's default burst, as `serve --pktgen`).
+const BURST: usize = 32;
+const NO_DELIVERY: Delivery = Delivery { queue: None, delivered: false, filter: None };
 const FLOWS: usize = 1024;
 
 fn buf_addr(q: usize, id: u16) -> u64 {
@@ -190,8 +198,22 @@ impl Rig {
         }
     }
 
-    /// Full datapath: `EmulatedNic::to_guest` per frame, then recycle.
+    /// Full datapath: `EmulatedNic::to_guest_batch` in bursts of `BURST`, then recycle.
     fn datapath(&mut self, fr: &Frames, start: usize) -> usize {
+        let mut ok = 0;
+        let mut out = [NO_DELIVERY; BURST];
+        for b in (0..BATCH).step_by(BURST) {
+            let burst: [&[u8]; BURST] = std::array::from_fn(|k| fr.frames[(start + b + k) % FLOWS].as_slice());
+            self.emu.to_guest_batch(&burst, &mut out);
+            ok += out.iter().filter(|d| d.delivered).count();
+        }
+        self.recycle();
+        ok
+    }
+
+    /// The same one frame at a time (`EmulatedNic::to_guest`): a lock, a publication and an
+    /// interrupt decision per frame.
+    fn datapath_1by1(&mut self, fr: &Frames, start: usize) -> usize {
         let mut ok = 0;
         for k in 0..BATCH {
             ok += usize::from(self.emu.to_guest(&fr.frames[(start + k) % FLOWS]).delivered);
@@ -274,6 +296,56 @@ impl Rig {
     }
 }
 
+/// Multiqueue scaling: `threads` threads, thread t owning the queues q with q % threads == t,
+/// each offering the frames RSS and the filters give its queues in bursts through
+/// `to_guest_batch` and recycling its own RX rings (as a driver with one NAPI context per
+/// queue would). Returns frames/s over all threads, in Mpps.
+fn scaling(rig: &mut Rig, fr: &Frames, threads: usize, dur: Duration) -> f64 {
+    let (emu, g) = (&rig.emu, &rig.g);
+    let mut owned: Vec<Vec<&mut DrvRing>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, r) in rig.v.rings.iter_mut().enumerate().filter(|(i, _)| i % 2 == 0) {
+        owned[(i / 2) % threads].push(r);
+    }
+    let mine: Vec<Vec<&[u8]>> = (0..threads)
+        .map(|t| {
+            fr.frames
+                .iter()
+                .zip(&fr.queues)
+                .filter(|(_, q)| usize::from(**q) % threads == t)
+                .map(|(f, _)| f.as_slice())
+                .collect()
+        })
+        .collect();
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = owned
+            .into_iter()
+            .zip(&mine)
+            .map(|(mut rings, frames)| {
+                sc.spawn(move || {
+                    let t0 = Instant::now();
+                    let (mut n, mut pos) = (0usize, 0usize);
+                    let mut out = [NO_DELIVERY; BURST];
+                    while t0.elapsed() < dur {
+                        // At most BATCH frames per queue between two recycles: never runs dry.
+                        for _ in 0..BATCH / BURST {
+                            let burst: [&[u8]; BURST] = std::array::from_fn(|k| frames[(pos + k) % frames.len()]);
+                            pos = (pos + BURST) % frames.len();
+                            emu.to_guest_batch(&burst, &mut out);
+                            n += out.iter().filter(|d| d.delivered).count();
+                        }
+                        for r in rings.iter_mut() {
+                            r.recycle_used(g);
+                            r.arm_interrupt(g);
+                        }
+                    }
+                    n as f64 / t0.elapsed().as_secs_f64() / 1e6
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("scaling thread")).sum()
+    })
+}
+
 impl Drop for Rig {
     fn drop(&mut self) {
         let _ = self.fe.qemu_shutdown(PAIRS);
@@ -286,8 +358,9 @@ impl Drop for Rig {
 
 type Variant = fn(&mut Rig, &Frames, usize) -> usize;
 
-const VARIANTS: [(&str, Variant); 5] = [
+const VARIANTS: [(&str, Variant); 6] = [
     ("datapath", Rig::datapath),
+    ("datapath_1by1", Rig::datapath_1by1),
     ("deliver_only", Rig::deliver_only),
     ("classify_only", Rig::classify_only),
     ("memcpy_vm_memory", Rig::memcpy_vm_memory),
@@ -343,7 +416,7 @@ fn interleaved_summary(rig: &mut Rig, sets: &[Frames], rounds: usize) {
             }
         }
         let med: Vec<f64> = mpps.iter_mut().map(|v| median(v)).collect();
-        let (vm, raw) = (med[3], med[4]);
+        let (vm, raw) = (med[4], med[5]);
         println!("  {} B frames:", fr.len);
         for (k, (name, _)) in VARIANTS.iter().enumerate() {
             println!(
@@ -353,6 +426,24 @@ fn interleaved_summary(rig: &mut Rig, sets: &[Frames], rounds: usize) {
                 med[k] / vm,
                 med[k] / raw
             );
+        }
+    }
+    let threads: Vec<usize> = std::env::var("LOOPBACK_THREADS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|t| t.trim().parse().ok()).filter(|&t| t >= 1).collect())
+        .unwrap_or_else(|| vec![1, 2]);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("  multiqueue scaling ({rounds} interleaved rounds of 300 ms, median; {PAIRS} queues, {cores} cores):");
+    for fr in sets {
+        let mut mpps: Vec<Vec<f64>> = vec![Vec::new(); threads.len()];
+        for _ in 0..rounds {
+            for (k, &t) in threads.iter().enumerate() {
+                mpps[k].push(scaling(rig, fr, t, Duration::from_millis(300)));
+            }
+        }
+        let med: Vec<f64> = mpps.iter_mut().map(|v| median(v)).collect();
+        for (k, &t) in threads.iter().enumerate() {
+            println!("    {} B, {t} thread(s): {:>7.2} Mpps  {:>5.2}x one thread", fr.len, med[k], med[k] / med[0]);
         }
     }
     let n = rig.emu.nic.snapshot();
