@@ -53,6 +53,13 @@ else
     echo "not root: skipping provisioning; guest-tests/provision.sh must have run" >&2
 fi
 cargo build --locked --release
+step "side by side with DPDK's vhost PMD on DPDK's virtio_user frontend, short form: it runs and every arfsnic launch moves frames (guest-tests/perf/vs-dpdk.sh; the full-size numbers are docs/performance.md's)"
+if [ "$(id -u)" = 0 ] || command -v dpdk-testpmd >/dev/null 2>&1; then
+    bash guest-tests/perf/vs-dpdk.sh --launches 1 --seconds 1 --warmup 1
+else
+    echo "SKIPPED: guest-tests/perf/vs-dpdk.sh needs dpdk-testpmd (Debian's dpdk-dev); run as root to install it" >&2
+fi
+
 step "HTML report in a headless browser (tests/html_report.rs)"
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-headless-shell >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium

@@ -3,7 +3,7 @@
 # (docs/performance.md, "Side by side with DPDK"). A benchmark: run it on a quiet machine.
 #
 #   guest-tests/perf/vs-dpdk.sh                       # 7 launches per cell, table on stdout
-#   guest-tests/perf/vs-dpdk.sh --json docs/results/perf/vs-dpdk.json --update-doc docs/performance.md
+#   guest-tests/perf/vs-dpdk.sh --json docs/bench/vs-dpdk.json --update-doc docs/performance.md
 #   guest-tests/perf/vs-dpdk.sh --launches 1 --seconds 1 --warmup 1   # does it work (CI)
 #
 # Installs Debian's dpdk-dev (it holds dpdk-testpmd) when missing and we are root; builds
