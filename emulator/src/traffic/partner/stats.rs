@@ -107,6 +107,10 @@ pub struct TcpStats {
     pub no_free_socket: u64,
     /// CRR: connect, request, response and close all done.
     pub crr_completed: u64,
+    /// Connections aborted when the run stopped: still in their handshake, or (CRR) still
+    /// waiting for their response, after the drain.
+    #[serde(default)]
+    pub cut_at_stop: u64,
     /// Connection setup time (SYN sent to ESTABLISHED), µs.
     pub connect_us_p50: f64,
     pub connect_us_p99: f64,

@@ -278,7 +278,9 @@ pub(super) fn tcp_loop(inner: &Inner, run: &Run) {
         }
         if stopping {
             let d = *drain_until.get_or_insert(now + Duration::from_millis(cfg.drain_ms));
-            if close_until.is_none() && (now >= d || run.in_flight() == 0) {
+            // A connection still in its handshake sends its request once established
+            // (`service`), so the drain waits for it as for an outstanding response.
+            if close_until.is_none() && (now >= d || (run.in_flight() == 0 && !e.any_connecting())) {
                 e.close_all(&mut sockets);
                 close_until = Some(now + CLOSE_TIMEOUT);
             }
@@ -639,16 +641,29 @@ impl Engine<'_> {
         self.stats.retransmits = wire.tx.retransmits;
     }
 
+    fn any_connecting(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s.phase, Phase::Connecting { .. }))
+    }
+
     fn close_all(&mut self, sockets: &mut SocketSet<'_>) {
         let now = Instant::now();
+        let crr = self.run.cfg.tcp_pattern == TcpPattern::Crr;
         for i in 0..self.slots.len() {
             let s = sockets.get_mut::<tcp::Socket>(self.slots[i].handle);
             match self.slots[i].phase {
+                Phase::Open if crr => {
+                    // Its response did not come within the drain: not a completed CRR.
+                    self.stats.cut_at_stop += 1;
+                    s.abort();
+                    self.end_connection(i, now);
+                    self.slots[i].phase = Phase::Idle { retry_at: now + Duration::from_secs(3600) };
+                }
                 Phase::Open => {
                     s.close();
                     self.slots[i].phase = Phase::Closing { since: now };
                 }
                 Phase::Connecting { .. } => {
+                    self.stats.cut_at_stop += 1;
                     s.abort();
                     self.slots[i].phase = Phase::Idle { retry_at: now + Duration::from_secs(3600) };
                 }
