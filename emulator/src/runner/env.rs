@@ -133,6 +133,16 @@ fn debian_trixie_kernel(label: &str, series: &str, root: &Path) -> anyhow::Resul
     })
 }
 
+/// A kernel name [`resolve_kernel`] knows, or an existing file; checked before anything is
+/// built or looked up on the machine.
+pub fn check_kernel_spec(spec: &str) -> anyhow::Result<()> {
+    let named = build_sh_args(spec).is_some() || matches!(spec, "debian-7.3" | "debian-6.1" | "debian-6.12");
+    if !named && !Path::new(spec).is_file() {
+        bail!("kernel {spec:?}: no such kernel name or file; valid: {}", valid_kernels());
+    }
+    Ok(())
+}
+
 pub fn resolve_kernel(spec: &str, kdir: Option<&Path>, root: &Path) -> anyhow::Result<GuestKernel> {
     if let Some(args) = build_sh_args(spec) {
         return built_kernel(spec, args, root);

@@ -286,6 +286,9 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     );
     progress.enable_steady_tick(Duration::from_millis(200));
 
+    // The user's input first (a kernel name that does not exist is a one-line error
+    // whatever the machine has), then the machine, then the kernel (which may be built).
+    env::check_kernel_spec(&scenario.kernel)?;
     let qemu_bin = env::qemu_binary(&root);
     let major = qemu::qemu_major(&qemu_bin)?;
     if major < 10 {
