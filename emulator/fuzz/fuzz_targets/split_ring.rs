@@ -32,7 +32,7 @@
 use std::num::Wrapping;
 use std::sync::LazyLock;
 
-use arfsnic::vhost::ring::{range_ok, RingAddrs, RingView, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
+use arfsnic::vhost::ring::{range_ok, RingAccess, RingAddrs, RingView, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -210,37 +210,40 @@ fuzz_target!(|data: &[u8]| {
         ring.consume(used.len() as u16);
         // RX batches push the used elements of several frames and publish them once; TX
         // publishes per batch: alternate the two.
-        let (first, rest) = used.split_at(used.len() / 2);
-        if let Some(v) = &view {
-            if ring
-                .push_used_in(v, first)
-                .and_then(|_| ring.push_used_in(v, rest))
-                .and_then(|_| ring.publish_in(v))
-                .is_err()
-            {
-                broken = true;
+        let batch = match (&view, round % 2) {
+            (Some(v), _) => Some(rx_batch(&mut ring, v, mem, &used, old)),
+            (None, 0) => {
+                let d = ring.direct(mem);
+                Some(rx_batch(&mut ring, &d, mem, &used, old))
             }
-            ring.suppress_kicks(mem);
-            let _ = ring.needs_notification_in(v, old);
-        } else if round % 2 == 0 {
-            if ring
-                .push_used(mem, first)
-                .and_then(|_| ring.push_used(mem, rest))
-                .and_then(|_| ring.publish(mem))
-                .is_err()
-            {
-                broken = true;
+            _ => None,
+        };
+        match batch {
+            Some(ok) => broken |= !ok,
+            None => {
+                broken |= ring.publish_used(mem, &used).is_err();
+                let _ = ring.needs_notification(mem, old);
             }
-            ring.suppress_kicks(mem);
-            let _ = ring.needs_notification(mem, old);
-        } else {
-            if ring.publish_used(mem, &used).is_err() {
-                broken = true;
-            }
-            let _ = ring.needs_notification(mem, old);
         }
         if broken {
             break;
         }
     }
 });
+
+/// RX batches push the used elements of several frames and publish them once (TX publishes
+/// per batch: the odd rounds). False when the ring refused.
+fn rx_batch(
+    ring: &mut SplitRing,
+    a: &impl RingAccess,
+    mem: &GuestMemoryMmap,
+    used: &[(u16, u32)],
+    old: Wrapping<u16>,
+) -> bool {
+    let (first, rest) = used.split_at(used.len() / 2);
+    let ok =
+        ring.push_used_in(a, first).and_then(|_| ring.push_used_in(a, rest)).and_then(|_| ring.publish_in(a)).is_ok();
+    ring.suppress_kicks(mem);
+    let _ = ring.needs_notification_in(a, old);
+    ok
+}
