@@ -3,8 +3,8 @@
 
 use super::clock::Clock;
 use super::ports::{ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
-use crate::model::nic::Decision;
 use crate::model::nic::Nic;
+use crate::model::nic::{Classifier, Decision};
 use crate::wire::control::DEVICE_MAC;
 use crate::wire::ethernet::{ethertype, innermost_ethertype, source_mac, MacAddr};
 use crate::wire::CONTROL_ETHERTYPE;
@@ -117,7 +117,7 @@ impl EmulatedNic {
 impl EmulatedNic {
     /// The NIC's verdict on one wire frame before delivery: dropped here (forged control
     /// frame, unparsable, drop filter) with its `Delivery`, or the decision to deliver.
-    fn classify_wire(&self, frame: &[u8], now_ns: u64) -> Result<Decision, Delivery> {
+    fn classify_wire(&self, c: &Classifier<'_>, frame: &[u8], now_ns: u64) -> Result<Decision, Delivery> {
         let none = Delivery { queue: None, delivered: false, filter: None };
         if is_spoofed_control(frame) {
             self.counters.rx_spoofed_dropped.fetch_add(1, Relaxed);
@@ -126,7 +126,7 @@ impl EmulatedNic {
             );
             return Err(none);
         }
-        let Ok((_, d)) = self.nic.classify_frame(frame, now_ns) else {
+        let Ok((_, d)) = c.classify_frame(frame, now_ns) else {
             self.counters.rx_errors.fetch_add(1, Relaxed);
             return Err(none);
         };
@@ -158,7 +158,7 @@ impl EmulatedNic {
 
 impl ToGuest for EmulatedNic {
     fn to_guest(&self, frame: &[u8]) -> Delivery {
-        let d = match self.classify_wire(frame, self.clock.now_ns()) {
+        let d = match self.classify_wire(&self.nic.classifier(), frame, self.clock.now_ns()) {
             Ok(d) => d,
             Err(done) => return done,
         };
@@ -174,8 +174,9 @@ impl ToGuest for EmulatedNic {
         let n = frames.len().min(out.len()).min(MAX_BATCH);
         let now = self.clock.now_ns();
         let mut dec: [Option<Decision>; MAX_BATCH] = [None; MAX_BATCH];
+        let c = self.nic.classifier();
         for i in 0..n {
-            match self.classify_wire(frames[i], now) {
+            match self.classify_wire(&c, frames[i], now) {
                 Ok(d) => dec[i] = Some(d),
                 Err(done) => out[i] = done,
             }

@@ -299,67 +299,23 @@ impl Nic {
         self.set_rss(rss);
     }
 
-    /// Classify a parsed packet of `len` bytes at `now_ns`: the user's ntuple rules
-    /// first, then the aRFS filters, RSS otherwise. Counts the rule or filter hit;
-    /// delivery is counted by [`Nic::record`].
+    /// Classify a parsed packet (see [`Classifier::classify`]).
     #[inline]
     pub fn classify(&self, info: &PacketInfo, len: usize, now_ns: u64) -> Decision {
-        let rss = self.rss.load().decide(info);
-        if info.malformed {
-            self.counters.malformed.fetch_add(1, Relaxed);
-        }
-        if rss.hash.is_none() {
-            self.counters.unhashed.fetch_add(1, Relaxed);
-        }
-        let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
-        let Some(key) = info.flow_key() else { return plain };
-        let (hit, action) = if let Some((loc, action, ctx)) =
-            self.table.has_user_rules().then(|| self.table.lookup_user_rule(&key)).flatten()
-        {
-            let hit = Decision { rule: Some(loc), ..plain };
-            match (ctx, action) {
-                // The context's table picks the queue; the rule's queue is an offset.
-                (Some(c), Action::Queue(off)) => {
-                    let base = match c {
-                        0 => Some(rss.queue),
-                        c => self.contexts.load().get(&u32::from(c)).map(|t| t.decide(info).queue),
-                    };
-                    match base.and_then(|q| q.checked_add(off)) {
-                        Some(q) => (hit, Action::Queue(q)),
-                        // The context went away under the rule: RSS decides.
-                        None => return plain,
-                    }
-                }
-                _ => (hit, action),
-            }
-        } else if let Some((id, action)) = self.table.lookup(&key, len as u64, now_ns) {
-            (Decision { filter: Some(id), ..plain }, action)
-        } else {
-            return plain;
-        };
-        match action {
-            Action::Queue(q) if self.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
-                Decision { queue: Some(q), ..hit }
-            }
-            Action::Queue(q) if usize::from(q) < self.queues.len() => {
-                self.counters.filter_queue_disabled.fetch_add(1, Relaxed);
-                match self.disabled_queue {
-                    DisabledQueue::Drop => Decision { queue: Some(q), ..hit },
-                    DisabledQueue::Rss => plain,
-                }
-            }
-            Action::Queue(_) => {
-                self.counters.filter_bad_queue.fetch_add(1, Relaxed);
-                plain
-            }
-            Action::Drop => Decision { queue: None, ..hit },
-        }
+        self.classifier().classify(info, len, now_ns)
     }
 
     /// Parse and classify a frame.
     pub fn classify_frame(&self, frame: &[u8], now_ns: u64) -> Result<(PacketInfo, Decision), ParseError> {
-        let info = parse_frame(frame)?;
-        Ok((info, self.classify(&info, frame.len(), now_ns)))
+        self.classifier().classify_frame(frame, now_ns)
+    }
+
+    /// The NIC's classification with the RSS configuration of now, for a burst of frames:
+    /// one load of the configuration instead of one per frame. A change made meanwhile
+    /// applies from the next burst on, as a NIC applies a new table between packets.
+    #[inline]
+    pub fn classifier(&self) -> Classifier<'_> {
+        Classifier { nic: self, rss: self.rss.load() }
     }
 
     /// Count the outcome of a decision: `delivered` false means the queue had no
@@ -427,6 +383,78 @@ impl Nic {
     }
 }
 
+/// [`Nic::classifier`]: classifies frames against one RSS configuration.
+pub struct Classifier<'a> {
+    nic: &'a Nic,
+    rss: arc_swap::Guard<Arc<Rss>>,
+}
+
+impl Classifier<'_> {
+    /// Classify a parsed packet of `len` bytes at `now_ns`: the user's ntuple rules
+    /// first, then the aRFS filters, RSS otherwise. Counts the rule or filter hit;
+    /// delivery is counted by [`Nic::record`].
+    #[inline]
+    pub fn classify(&self, info: &PacketInfo, len: usize, now_ns: u64) -> Decision {
+        let nic = self.nic;
+        let rss = self.rss.decide(info);
+        if info.malformed {
+            nic.counters.malformed.fetch_add(1, Relaxed);
+        }
+        if rss.hash.is_none() {
+            nic.counters.unhashed.fetch_add(1, Relaxed);
+        }
+        let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
+        let Some(key) = info.flow_key() else { return plain };
+        let (hit, action) = if let Some((loc, action, ctx)) =
+            nic.table.has_user_rules().then(|| nic.table.lookup_user_rule(&key)).flatten()
+        {
+            let hit = Decision { rule: Some(loc), ..plain };
+            match (ctx, action) {
+                // The context's table picks the queue; the rule's queue is an offset.
+                (Some(c), Action::Queue(off)) => {
+                    let base = match c {
+                        0 => Some(rss.queue),
+                        c => nic.contexts.load().get(&u32::from(c)).map(|t| t.decide(info).queue),
+                    };
+                    match base.and_then(|q| q.checked_add(off)) {
+                        Some(q) => (hit, Action::Queue(q)),
+                        // The context went away under the rule: RSS decides.
+                        None => return plain,
+                    }
+                }
+                _ => (hit, action),
+            }
+        } else if let Some((id, action)) = nic.table.lookup(&key, len as u64, now_ns) {
+            (Decision { filter: Some(id), ..plain }, action)
+        } else {
+            return plain;
+        };
+        match action {
+            Action::Queue(q) if nic.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
+                Decision { queue: Some(q), ..hit }
+            }
+            Action::Queue(q) if usize::from(q) < nic.queues.len() => {
+                nic.counters.filter_queue_disabled.fetch_add(1, Relaxed);
+                match nic.disabled_queue {
+                    DisabledQueue::Drop => Decision { queue: Some(q), ..hit },
+                    DisabledQueue::Rss => plain,
+                }
+            }
+            Action::Queue(_) => {
+                nic.counters.filter_bad_queue.fetch_add(1, Relaxed);
+                plain
+            }
+            Action::Drop => Decision { queue: None, ..hit },
+        }
+    }
+
+    /// Parse and classify a frame.
+    pub fn classify_frame(&self, frame: &[u8], now_ns: u64) -> Result<(PacketInfo, Decision), ParseError> {
+        let info = parse_frame(frame)?;
+        Ok((info, self.classify(&info, frame.len(), now_ns)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +497,21 @@ mod tests {
         assert_eq!(s.queues[3].dropped_no_buffer, 1);
         assert_eq!(s.queues.iter().map(|q| q.rx_packets).sum::<u64>(), 2);
         assert_eq!(n.table().get(42).unwrap().hits, 1);
+    }
+
+    #[test]
+    fn a_classifier_keeps_its_rss_configuration_for_its_burst() {
+        let n = nic();
+        let f = frame(2794);
+        let before = n.classifier();
+        let q0 = before.classify_frame(&f, 0).unwrap().1.queue.unwrap();
+        // Every indirection entry to another queue: the next classifier sees it.
+        let other = (q0 + 1) % n.num_queues();
+        let len = n.rss().indirection().len();
+        n.set_rss(n.rss().reconfigured(None, Some(&vec![other; len])).unwrap());
+        assert_eq!(before.classify_frame(&f, 0).unwrap().1.queue, Some(q0), "the burst's configuration");
+        assert_eq!(n.classifier().classify_frame(&f, 0).unwrap().1.queue, Some(other));
+        assert_eq!(n.classify_frame(&f, 0).unwrap().1.queue, Some(other));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (`tcp 66.9.149.187:2794 161.142.100.80:1766`, IPv6 in brackets).
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
@@ -38,7 +39,7 @@ pub enum IpVersion {
 
 /// (IP version, L4 protocol, src IP, dst IP, src port, dst port). IPv4 addresses use
 /// the first four bytes of the 16-byte arrays; the rest is zero.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FlowKey {
     pub version: IpVersion,
     pub proto: L4Proto,
@@ -46,6 +47,18 @@ pub struct FlowKey {
     pub dst: [u8; 16],
     pub sport: u16,
     pub dport: u16,
+}
+
+/// Three hasher writes per key (the filter table hashes one key per received frame);
+/// the derived impl makes eight, with array length prefixes. Every field is written, so
+/// equal keys hash equally.
+impl Hash for FlowKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u128(u128::from_ne_bytes(self.src));
+        h.write_u128(u128::from_ne_bytes(self.dst));
+        let (v, p) = (self.version as u64, self.proto as u64);
+        h.write_u64(u64::from(self.sport) | u64::from(self.dport) << 16 | v << 32 | p << 40);
+    }
 }
 
 impl FlowKey {
