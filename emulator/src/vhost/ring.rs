@@ -1,7 +1,9 @@
 //! Split virtqueue access in guest memory, written for a hostile driver.
 //!
 //! The backend reads the avail ring and the descriptor tables itself instead of going through
-//! `virtio_queue::Queue`, for two reasons:
+//! `virtio_queue::Queue`, for three reasons (the third measured by `benches/rings.rs`,
+//! docs/performance.md "Ring engines"; `tests/ring_vs_virtio_queue.rs` checks that both see
+//! the same chains and write the same used ring):
 //! * RX must be able to look at the buffers the guest made available *without consuming them*
 //!   (a frame that does not fit is refused with `NoBuffers` and the buffers stay available), and
 //!   must publish all used elements of one MRG_RXBUF frame with a single `used.idx` store: Linux
@@ -10,6 +12,9 @@
 //! * every guest-controlled value (avail index, head index, descriptor address/length/next,
 //!   indirect tables) is checked here, with hard bounds on chain length, so a malformed ring is
 //!   a counted error and never a panic, an endless loop or an unbounded allocation.
+//! * speed: with the ring areas taken as slices once per burst ([`RingView`]) this reader
+//!   moves frames at more than twice `Queue`'s rate, which goes through the guest memory's
+//!   region lookup for every avail entry, descriptor and used element.
 //!
 //! Layout (virtio 1.x, split ring): descriptor = {addr: le64, len: le32, flags: le16, next: le16};
 //! avail = {flags: le16, idx: le16, ring[size]: le16, used_event: le16};
