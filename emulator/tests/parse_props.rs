@@ -203,7 +203,9 @@ impl Frame {
         let l4_ok = |l4: &L4| match l4 {
             L4::Tcp { data_offset, .. } => data_offset.is_none(),
             L4::Udp { length, .. } => length.is_none(),
-            L4::Raw { proto } => ![0, 43, 44, 51, 60].contains(proto),
+            // Raw bytes under TCP's or UDP's number are a header only by chance (the
+            // generator's Tcp/Udp cases build real ones): not a clean frame.
+            L4::Raw { proto } => ![0, 6, 17, 43, 44, 51, 60].contains(proto),
         };
         match &self.l3 {
             L3::V4(ip, l4) => {
