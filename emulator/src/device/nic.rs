@@ -3,8 +3,7 @@
 
 use super::clock::Clock;
 use super::ports::{ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
-use crate::model::nic::Nic;
-use crate::model::nic::{Classifier, Decision};
+use crate::model::nic::{Classifier, Decision, Nic};
 use crate::wire::control::DEVICE_MAC;
 use crate::wire::ethernet::{ethertype, innermost_ethertype, source_mac, MacAddr};
 use crate::wire::CONTROL_ETHERTYPE;
