@@ -32,6 +32,10 @@ use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
 
+#[path = "../tests/common/virtio_queue.rs"]
+mod virtio_queue_on;
+use virtio_queue_on::queue_on;
+
 const QSIZE: u16 = 256;
 const BUF_LEN: u32 = 2048;
 const BUF_BASE: u64 = 0x10_0000;
@@ -60,20 +64,6 @@ fn ring_addrs(d: &DrvRing) -> RingAddrs {
 /// A frame of `len` bytes whose bytes differ from frame to frame.
 fn frame(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|k| (i * 31 + k) as u8).collect()
-}
-
-fn queue_on(d: &DrvRing) -> Queue {
-    let mut q = Queue::new(QSIZE).expect("virtio-queue Queue");
-    let split = |a: u64| (Some(a as u32), Some((a >> 32) as u32));
-    let (l, h) = split(d.desc);
-    q.set_desc_table_address(l, h);
-    let (l, h) = split(d.avail);
-    q.set_avail_ring_address(l, h);
-    let (l, h) = split(d.used);
-    q.set_used_ring_address(l, h);
-    q.set_event_idx(true);
-    q.set_ready(true);
-    q
 }
 
 /// Device-side state of both engines.
@@ -263,8 +253,8 @@ impl Rig {
         let e = Engines {
             ours_rx: SplitRing::start(mem, ring_addrs(&drv[RX_OURS]), 0, true).expect("ring"),
             ours_tx: SplitRing::start(mem, ring_addrs(&drv[TX_OURS]), 0, true).expect("ring"),
-            vq_rx: queue_on(&drv[RX_VQ]),
-            vq_tx: queue_on(&drv[TX_VQ]),
+            vq_rx: queue_on(&drv[RX_VQ], true),
+            vq_tx: queue_on(&drv[TX_VQ], true),
             call: EventFd::new(libc::EFD_NONBLOCK).expect("eventfd"),
             segs: Vec::with_capacity(64),
             used: Vec::with_capacity(BURST),

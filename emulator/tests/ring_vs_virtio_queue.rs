@@ -9,7 +9,11 @@ use std::num::Wrapping;
 use arfsnic::vhost::ring::{RingAddrs, Seg, SplitRing};
 use arfsnic::vhost::testing::{DrvRing, GuestMem};
 use proptest::prelude::*;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::QueueT;
+
+#[path = "common/virtio_queue.rs"]
+mod virtio_queue_on;
+use virtio_queue_on::queue_on;
 
 const QSIZE: u16 = 64;
 const MEM: u64 = 4 << 20;
@@ -29,20 +33,6 @@ fn chain_spec() -> impl Strategy<Value = ChainSpec> {
         // The harness's indirect tables hold driver-readable segments only.
         ChainSpec { lens, writable: writable && !indirect, indirect }
     })
-}
-
-fn queue_on(d: &DrvRing, event_idx: bool) -> Queue {
-    let mut q = Queue::new(QSIZE).unwrap();
-    let split = |a: u64| (Some(a as u32), Some((a >> 32) as u32));
-    let (l, h) = split(d.desc);
-    q.set_desc_table_address(l, h);
-    let (l, h) = split(d.avail);
-    q.set_avail_ring_address(l, h);
-    let (l, h) = split(d.used);
-    q.set_used_ring_address(l, h);
-    q.set_event_idx(event_idx);
-    q.set_ready(true);
-    q
 }
 
 /// Builds `chains` on ring `r` (0: ours, 1: virtio-queue's); both rings get the same
