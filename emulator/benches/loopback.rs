@@ -18,10 +18,11 @@
 //!   interrupt decision);
 //! * `datapath_1by1`: the same through `EmulatedNic::to_guest`, one frame at a time;
 //! * `deliver_only`: `RxPort::deliver` to a precomputed queue (ring logic + copy, no classify);
-//! * `classify_only`: `Classifier::classify_frame` per frame; one clock read, one RSS
-//!   configuration load and one counter update per queue per burst
+//! * `classify_only`: `Classifier::decide_frame` per frame; one clock read, one RSS
+//!   configuration load and filter-table guard and one counter update per queue per burst
 //!   (`Nic::record_delivered`), as `to_guest_batch` (no ring, no copy);
-//! * `classify_1by1`: `Nic::classify_frame` with a clock read and `Nic::record` per frame,
+//! * `classify_1by1`: `Classifier::decide_frame` with a clock read, a classifier and
+//!   `Nic::record` per frame,
 //!   as `to_guest`;
 //! * `memcpy_vm_memory`: baseline, the 12-byte header + frame written with vm-memory's
 //!   `write_slice` (the primitive the backend uses) into the same guest buffers, no ring;
@@ -250,7 +251,7 @@ impl Rig {
             let mut per_q = [(0u64, 0u64, 0u64); PAIRS as usize];
             for k in b..b + BURST {
                 let f = &fr.frames[(start + k) % FLOWS];
-                let Ok((_, d)) = c.classify_frame(f, now) else { continue };
+                let Ok(d) = c.decide_frame(f, now) else { continue };
                 let Some(c) = black_box(d).queue.and_then(|q| per_q.get_mut(usize::from(q))) else { continue };
                 *c = (c.0 + 1, c.1 + f.len() as u64, c.2 + u64::from(d.filter.is_some() || d.rule.is_some()));
                 ok += 1;
@@ -268,7 +269,7 @@ impl Rig {
         let mut ok = 0;
         for k in 0..BATCH {
             let f = &fr.frames[(start + k) % FLOWS];
-            if let Ok((_, d)) = nic.classify_frame(f, self.emu.clock.now_ns()) {
+            if let Ok(d) = nic.classifier().decide_frame(f, self.emu.clock.now_ns()) {
                 nic.record(&d, f.len(), true);
                 ok += usize::from(black_box(d).queue.is_some());
             }

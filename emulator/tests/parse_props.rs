@@ -1,12 +1,12 @@
 //! Property tests of the frame parser's fast path (`wire::parse::parse_frame_fast`): on
 //! every input it either declines (`None`, etherparse decides) or returns exactly what the
 //! etherparse path (`parse_frame_slow`) returns, and `parse_frame` always equals the
-//! etherparse path. Inputs: structured Ethernet/VLAN/IPv4/IPv6/TCP/UDP frames with their
+//! etherparse path, and `flow_key_fast` gives the key of exactly those frames. Inputs: structured Ethernet/VLAN/IPv4/IPv6/TCP/UDP frames with their
 //! fields corrupted at will (version, IHL, total length, payload length, fragment fields,
 //! next header, extension headers, TCP data offset, UDP length), each truncated at every
 //! length and with random bytes overwritten, and plain random bytes.
 
-use arfsnic::wire::parse::{parse_frame, parse_frame_fast, parse_frame_slow};
+use arfsnic::wire::parse::{flow_key_fast, parse_frame, parse_frame_fast, parse_frame_slow};
 use arfsnic::wire::{Ip, L4Ports, L4Proto};
 use proptest::prelude::*;
 
@@ -18,6 +18,12 @@ fn agree(frame: &[u8]) -> Result<bool, TestCaseError> {
         prop_assert_eq!(Ok(f), slow, "fast path differs from etherparse on {:02x?}", frame);
     }
     prop_assert_eq!(parse_frame(frame), slow, "parse_frame differs from etherparse on {:02x?}", frame);
+    // The classifier's key-only fast path: the fast path's key, and etherparse's.
+    let key = flow_key_fast(frame);
+    prop_assert_eq!(key, fast.and_then(|f| f.flow_key()), "flow_key_fast on {:02x?}", frame);
+    if key.is_some() {
+        prop_assert_eq!(key, slow.ok().and_then(|i| i.flow_key()), "flow_key_fast vs etherparse on {:02x?}", frame);
+    }
     Ok(fast.is_some())
 }
 

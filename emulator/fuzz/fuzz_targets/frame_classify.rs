@@ -1,6 +1,6 @@
 //! Arbitrary bytes as an Ethernet frame from the wire: the frame parser (`wire::parse`), the
 //! hand-read Ethernet helpers (`wire::ethernet`), the spoof check (`device::nic`), the NIC's
-//! classification (`model::nic::Nic::classify_frame`, RSS and the ntuple table) and the
+//! classification (`model::nic::Nic::classify_frame` and `Classifier::decide_frame`, RSS and the ntuple table) and the
 //! whole receive path of the emulated NIC (`EmulatedNic::to_guest`) with a guest that takes
 //! every frame. The NIC is built once from configs/mlx5-cx6.toml.
 //!
@@ -8,8 +8,9 @@
 //! flow is installed first (the last byte picks a queue beyond the device, a drop rule or
 //! a real queue), so the filter paths are reached too.
 //!
-//! Property: no panic, and the NIC's answers stay inside the device (a queue below the
-//! number of queues; spoofed frames never delivered).
+//! Property: no panic, the NIC's answers stay inside the device (a queue below the
+//! number of queues; spoofed frames never delivered), and `Classifier::decide_frame` (the
+//! datapath's call) decides as `classify_frame`.
 
 #![no_main]
 
@@ -97,6 +98,10 @@ fuzz_target!(|frame: &[u8]| {
         }
         Err(_) => assert!(parsed.is_err()),
     }
+    // The datapath's call (its key-only fast path) decides as the full one.
+    let c = nic.classifier();
+    assert_eq!(c.decide_frame(frame, 1), c.classify_frame(frame, 1).map(|(_, d)| d));
+    drop(c);
 
     // The device's receive path: spoofed frames are dropped and never delivered.
     let before = w.sink.0.load(Relaxed);

@@ -125,7 +125,7 @@ impl EmulatedNic {
             );
             return Err(none);
         }
-        let Ok((_, d)) = c.classify_frame(frame, now_ns) else {
+        let Ok(d) = c.decide_frame(frame, now_ns) else {
             self.counters.rx_errors.fetch_add(1, Relaxed);
             return Err(none);
         };

@@ -2,18 +2,19 @@
 //! version) carrying the driver's filter id, steering to an RX queue or dropping.
 //!
 //! Concurrency: the datapath looks rules up from every queue thread while the command
-//! engine inserts and deletes. Lookups go to a sharded concurrent map (`dashmap`): a
-//! lookup takes one shard's read lock for a few nanoseconds and never waits for the
-//! control path except on the one shard being written. Writers serialise on a control
-//! mutex that also owns the id index and the per-partition accounting, so capacity
-//! checks are exact. Per-rule hit counters are relaxed atomics. The choice is measured
-//! against a single `RwLock<HashMap>` in `benches/model.rs` (see docs/performance.md).
+//! engine inserts and deletes. Rules live in a lock-free concurrent map (`papaya`): a
+//! lookup is plain loads under an epoch guard, which the datapath takes once per burst
+//! ([`FilterTable::reader`]), so it never waits for the control path and executes no
+//! locked instruction for the table. Writers serialise on a control mutex that also owns
+//! the id index and the per-partition accounting, so capacity checks are exact. Per-rule
+//! hit counters are relaxed atomics. The choice is measured against `dashmap` (a shard
+//! read lock per lookup, what this table used before) and a single `RwLock<HashMap>` in
+//! `benches/model.rs` (see docs/performance.md).
 
 use super::ntuple::{self, UserRule, UserRuleSnapshot};
 use crate::wire::rule::RuleSpec;
 use crate::wire::{FlowKey, IpVersion, L4Proto};
 use arc_swap::ArcSwap;
-use dashmap::DashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -121,6 +122,24 @@ impl Rule {
     }
 }
 
+/// [`FilterTable::reader`]: lookups under one epoch guard.
+pub struct Reader<'a> {
+    map: &'a papaya::HashMap<FlowKey, Rule, ahash::RandomState>,
+    guard: papaya::LocalGuard<'a>,
+}
+
+impl Reader<'_> {
+    /// The matching rule's id and action, counting the hit.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey, bytes: u64, now_ns: u64) -> Option<(u32, Action)> {
+        let r = self.map.get(key, &self.guard)?;
+        r.hits.fetch_add(1, Ordering::Relaxed);
+        r.bytes.fetch_add(bytes, Ordering::Relaxed);
+        r.last_hit_ns.store(now_ns, Ordering::Relaxed);
+        Some((r.id, Action::decode(r.action.load(Ordering::Relaxed))))
+    }
+}
+
 /// Counters of one partition (one of the four mlx5 tables, or the shared table).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PartitionStats {
@@ -146,7 +165,7 @@ struct Ctrl {
 
 /// The filter table.
 pub struct FilterTable {
-    map: DashMap<FlowKey, Arc<Rule>, ahash::RandomState>,
+    map: papaya::HashMap<FlowKey, Rule, ahash::RandomState>,
     /// The ethtool ntuple rules in location order (`model::ntuple`), checked before
     /// `map`; replaced as a whole under `ctrl` (they change at ethtool speed).
     user: ArcSwap<Vec<Arc<UserRule>>>,
@@ -170,7 +189,7 @@ impl FilterTable {
             names.iter().map(|&name| PartitionStats { name: name.into(), capacity, ..Default::default() }).collect();
         let user_per_part = vec![0; parts.len()];
         FilterTable {
-            map: DashMap::with_hasher(ahash::RandomState::new()),
+            map: papaya::HashMap::with_hasher(ahash::RandomState::new()),
             user: ArcSwap::from_pointee(Vec::new()),
             user_any: AtomicBool::new(false),
             user_hits: AtomicU64::new(0),
@@ -217,11 +236,11 @@ impl FilterTable {
         if c.by_id.contains_key(&id) {
             return Err(FilterError::DuplicateId(id));
         }
-        // One shard lock for the duplicate check and the insert.
-        let slot = match self.map.entry(key) {
-            dashmap::Entry::Occupied(o) => return Err(FilterError::DuplicateFlow { key, existing: o.get().id }),
-            dashmap::Entry::Vacant(v) => v,
-        };
+        // Writers hold `ctrl`: nothing can insert the key between this check and the insert.
+        let map = self.map.pin();
+        if let Some(o) = map.get(&key) {
+            return Err(FilterError::DuplicateFlow { key, existing: o.id });
+        }
         let p = self.partition_of(&key);
         let part = &mut c.parts[p];
         if part.rules_now >= part.capacity {
@@ -240,7 +259,7 @@ impl FilterTable {
             bytes: AtomicU64::new(0),
             last_hit_ns: AtomicU64::new(0),
         };
-        slot.insert(Arc::new(rule));
+        map.insert(key, rule);
         Ok(())
     }
 
@@ -248,7 +267,7 @@ impl FilterTable {
     pub fn modify(&self, id: u32, action: Action) -> Result<(), FilterError> {
         let mut c = self.ctrl();
         let key = *c.by_id.get(&id).ok_or(FilterError::UnknownId(id))?;
-        if let Some(r) = self.map.get(&key) {
+        if let Some(r) = self.map.pin().get(&key) {
             r.action.store(action.encode(), Ordering::Relaxed);
         }
         let p = self.partition_of(&key);
@@ -262,7 +281,8 @@ impl FilterTable {
         let p = self.partition_of(&key);
         c.parts[p].rules_now -= 1;
         c.parts[p].deletes += 1;
-        let (_, rule) = self.map.remove(&key).ok_or(FilterError::UnknownId(id))?;
+        let map = self.map.pin();
+        let rule = map.remove(&key).ok_or(FilterError::UnknownId(id))?;
         Ok(rule.snapshot())
     }
 
@@ -275,7 +295,7 @@ impl FilterTable {
         for (p, u) in parts.iter_mut().zip(user_per_part.iter()) {
             p.rules_now = *u;
         }
-        self.map.clear();
+        self.map.pin().clear();
         n
     }
 
@@ -372,22 +392,26 @@ impl FilterTable {
     /// Datapath lookup: the matching rule's id and action, counting the hit.
     #[inline]
     pub fn lookup(&self, key: &FlowKey, bytes: u64, now_ns: u64) -> Option<(u32, Action)> {
-        let r = self.map.get(key)?;
-        r.hits.fetch_add(1, Ordering::Relaxed);
-        r.bytes.fetch_add(bytes, Ordering::Relaxed);
-        r.last_hit_ns.store(now_ns, Ordering::Relaxed);
-        Some((r.id, Action::decode(r.action.load(Ordering::Relaxed))))
+        self.reader().lookup(key, bytes, now_ns)
+    }
+
+    /// The datapath's view for a burst of lookups: one epoch guard for all of them.
+    /// Rules deleted meanwhile are freed after the reader is dropped; a rule inserted or
+    /// deleted meanwhile is seen or not, as a lookup racing the command would.
+    #[inline]
+    pub fn reader(&self) -> Reader<'_> {
+        Reader { map: &self.map, guard: self.map.guard() }
     }
 
     /// Look without counting.
     pub fn peek(&self, key: &FlowKey) -> Option<RuleSnapshot> {
-        self.map.get(key).map(|r| r.snapshot())
+        self.map.pin().get(key).map(|r| r.snapshot())
     }
 
     pub fn get(&self, id: u32) -> Option<RuleSnapshot> {
         let c = self.ctrl();
         let key = c.by_id.get(&id)?;
-        self.map.get(key).map(|r| r.snapshot())
+        self.map.pin().get(key).map(|r| r.snapshot())
     }
 
     pub fn contains_id(&self, id: u32) -> bool {
@@ -412,7 +436,8 @@ impl FilterTable {
     pub fn idle_rules(&self, now_ns: u64, idle_ns: u64) -> Vec<u32> {
         let mut v: Vec<u32> = self
             .map
-            .iter()
+            .pin()
+            .values()
             .filter(|r| {
                 let last = r.last_hit_ns.load(Ordering::Relaxed).max(r.installed_ns);
                 now_ns.saturating_sub(last) >= idle_ns
@@ -424,7 +449,7 @@ impl FilterTable {
     }
 
     pub fn rules(&self) -> Vec<RuleSnapshot> {
-        let mut v: Vec<RuleSnapshot> = self.map.iter().map(|r| r.snapshot()).collect();
+        let mut v: Vec<RuleSnapshot> = self.map.pin().values().map(|r| r.snapshot()).collect();
         v.sort_by_key(|r| r.id);
         v
     }

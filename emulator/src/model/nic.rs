@@ -2,10 +2,11 @@
 //! otherwise RSS) and per-queue counters. Lookups are lock-free on the RSS side (the
 //! configuration is swapped atomically) and shard-locked on the filter side.
 
-use super::filter::{Action, FilterTable};
+use super::filter::{Action, FilterTable, Reader};
 use super::profile::{DisabledQueue, Profile};
 use super::rss::{Rss, RssDecision, RssError};
-use crate::wire::{parse_frame, PacketInfo, ParseError};
+use crate::wire::parse::flow_key_fast;
+use crate::wire::{parse_frame, FlowKey, PacketInfo, ParseError};
 use arc_swap::ArcSwap;
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
@@ -311,11 +312,12 @@ impl Nic {
     }
 
     /// The NIC's classification with the RSS configuration of now, for a burst of frames:
-    /// one load of the configuration instead of one per frame. A change made meanwhile
-    /// applies from the next burst on, as a NIC applies a new table between packets.
+    /// one load of the configuration and one filter-table guard ([`FilterTable::reader`])
+    /// instead of one per frame. An RSS change made meanwhile applies from the next burst
+    /// on, as a NIC applies a new table between packets; filter changes apply at once.
     #[inline]
     pub fn classifier(&self) -> Classifier<'_> {
-        Classifier { nic: self, rss: self.rss.load() }
+        Classifier { nic: self, rss: self.rss.load(), table: self.table.reader() }
     }
 
     /// Count the outcome of a decision: `delivered` false means the queue had no
@@ -387,6 +389,7 @@ impl Nic {
 pub struct Classifier<'a> {
     nic: &'a Nic,
     rss: arc_swap::Guard<Arc<Rss>>,
+    table: Reader<'a>,
 }
 
 impl Classifier<'_> {
@@ -405,30 +408,42 @@ impl Classifier<'_> {
         }
         let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
         let Some(key) = info.flow_key() else { return plain };
-        let (hit, action) = if let Some((loc, action, ctx)) =
-            nic.table.has_user_rules().then(|| nic.table.lookup_user_rule(&key)).flatten()
-        {
-            let hit = Decision { rule: Some(loc), ..plain };
-            match (ctx, action) {
-                // The context's table picks the queue; the rule's queue is an offset.
-                (Some(c), Action::Queue(off)) => {
-                    let base = match c {
-                        0 => Some(rss.queue),
-                        c => nic.contexts.load().get(&u32::from(c)).map(|t| t.decide(info).queue),
-                    };
-                    match base.and_then(|q| q.checked_add(off)) {
-                        Some(q) => (hit, Action::Queue(q)),
-                        // The context went away under the rule: RSS decides.
-                        None => return plain,
-                    }
-                }
-                _ => (hit, action),
-            }
-        } else if let Some((id, action)) = nic.table.lookup(&key, len as u64, now_ns) {
-            (Decision { filter: Some(id), ..plain }, action)
-        } else {
-            return plain;
+        let Some((loc, action, ctx)) = nic.table.has_user_rules().then(|| nic.table.lookup_user_rule(&key)).flatten()
+        else {
+            return self.filter(&key, plain, len, now_ns);
         };
+        let action = match (ctx, action) {
+            // The context's table picks the queue; the rule's queue is an offset.
+            (Some(c), Action::Queue(off)) => {
+                let base = match c {
+                    0 => Some(rss.queue),
+                    c => nic.contexts.load().get(&u32::from(c)).map(|t| t.decide(info).queue),
+                };
+                match base.and_then(|q| q.checked_add(off)) {
+                    Some(q) => Action::Queue(q),
+                    // The context went away under the rule: RSS decides.
+                    None => return plain,
+                }
+            }
+            _ => action,
+        };
+        self.apply(Decision { rule: Some(loc), ..plain }, action, plain)
+    }
+
+    /// The aRFS filter for `key`, if any, over RSS's `plain` decision.
+    #[inline]
+    fn filter(&self, key: &FlowKey, plain: Decision, len: usize, now_ns: u64) -> Decision {
+        match self.table.lookup(key, len as u64, now_ns) {
+            Some((id, action)) => self.apply(Decision { filter: Some(id), ..plain }, action, plain),
+            None => plain,
+        }
+    }
+
+    /// Where a rule's or filter's `action` sends the packet (`hit` records which one
+    /// matched): its queue when enabled, RSS's `plain` decision or a drop otherwise.
+    #[inline]
+    fn apply(&self, hit: Decision, action: Action, plain: Decision) -> Decision {
+        let nic = self.nic;
         match action {
             Action::Queue(q) if nic.enabled.get(usize::from(q)).is_some_and(|e| e.load(Relaxed)) => {
                 Decision { queue: Some(q), ..hit }
@@ -452,6 +467,24 @@ impl Classifier<'_> {
     pub fn classify_frame(&self, frame: &[u8], now_ns: u64) -> Result<(PacketInfo, Decision), ParseError> {
         let info = parse_frame(frame)?;
         Ok((info, self.classify(&info, frame.len(), now_ns)))
+    }
+
+    /// [`Classifier::classify_frame`]'s decision alone, the datapath's call. The common
+    /// frame — TCP/UDP on the parser's fast path, no ethtool rule installed, hashed on
+    /// the 4-tuple — goes from its flow key straight to the RSS hash and the filter
+    /// table, without a [`PacketInfo`]; every other frame takes `classify_frame`.
+    /// Same decision and same counters either way (`tests/classify_props.rs`).
+    #[inline]
+    pub fn decide_frame(&self, frame: &[u8], now_ns: u64) -> Result<Decision, ParseError> {
+        if !self.nic.table.has_user_rules() {
+            if let Some(key) = flow_key_fast(frame) {
+                if let Some(rss) = self.rss.decide_key(&key) {
+                    let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
+                    return Ok(self.filter(&key, plain, frame.len(), now_ns));
+                }
+            }
+        }
+        self.classify_frame(frame, now_ns).map(|(_, d)| d)
     }
 }
 

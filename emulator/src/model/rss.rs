@@ -4,7 +4,7 @@
 //! XOR of the 32-bit key windows selected by the set bits of `b` is precomputed, so a
 //! hash is one table lookup and XOR per input byte (12 for TCPv4, 36 for TCPv6).
 
-use crate::wire::{Ip, L4Proto, PacketInfo};
+use crate::wire::{FlowKey, Ip, IpVersion, L4Proto, PacketInfo};
 use std::fmt;
 
 /// Longest hash input: IPv6 source + destination + two ports.
@@ -488,43 +488,52 @@ impl Rss {
         }
     }
 
+    /// [`Rss::decide`] for a TCP/UDP packet given by its flow key, when its flow type
+    /// hashes on the whole 4-tuple without `sym-xor` (every profile's default): the same
+    /// decision without a [`PacketInfo`]. `None` otherwise (use `decide`).
+    #[inline]
+    pub fn decide_key(&self, key: &FlowKey) -> Option<RssDecision> {
+        let (h, kind) = self.hash_key(key)?;
+        let slot = (h as usize) & (self.indir.len() - 1);
+        Some(RssDecision { hash: Some((h, kind)), slot: Some(slot), queue: self.indir[slot] })
+    }
+
     /// The common case without the general input builder: a TCP/UDP packet whose flow
     /// type hashes on the whole 4-tuple, without `sym-xor` (the default of every
     /// profile). `None` when that is not the case ([`Rss::hash_generic`] decides).
     #[inline]
     fn hash_4tuple(&self, info: &PacketInfo) -> Option<(u32, HashKind)> {
-        let (ip, l4) = (info.ip?, info.l4?);
+        self.hash_key(&info.flow_key()?)
+    }
+
+    #[inline]
+    fn hash_key(&self, key: &FlowKey) -> Option<(u32, HashKind)> {
         if self.fields.sym_xor {
             return None;
         }
-        let (sp, dp) = (l4.sport.to_be_bytes(), l4.dport.to_be_bytes());
-        match ip {
-            Ip::V4 { src, dst } => {
-                let (set, kind) = match l4.proto {
-                    L4Proto::Tcp => (self.fields.tcp4, HashKind::Tcpv4),
-                    L4Proto::Udp => (self.fields.udp4, HashKind::Udpv4),
-                };
-                if set != HashFields::L4 {
-                    return None;
-                }
+        let (sp, dp) = (key.sport.to_be_bytes(), key.dport.to_be_bytes());
+        let (set, kind) = match (key.version, key.proto) {
+            (IpVersion::V4, L4Proto::Tcp) => (self.fields.tcp4, HashKind::Tcpv4),
+            (IpVersion::V4, L4Proto::Udp) => (self.fields.udp4, HashKind::Udpv4),
+            (IpVersion::V6, L4Proto::Tcp) => (self.fields.tcp6, HashKind::Tcpv6),
+            (IpVersion::V6, L4Proto::Udp) => (self.fields.udp6, HashKind::Udpv6),
+        };
+        if set != HashFields::L4 {
+            return None;
+        }
+        match key.version {
+            IpVersion::V4 => {
                 let mut b = [0u8; 12];
-                b[..4].copy_from_slice(&src);
-                b[4..8].copy_from_slice(&dst);
+                b[..4].copy_from_slice(&key.src[..4]);
+                b[4..8].copy_from_slice(&key.dst[..4]);
                 b[8..10].copy_from_slice(&sp);
                 b[10..].copy_from_slice(&dp);
                 Some((self.toeplitz.hash_array(&b), kind))
             }
-            Ip::V6 { src, dst } => {
-                let (set, kind) = match l4.proto {
-                    L4Proto::Tcp => (self.fields.tcp6, HashKind::Tcpv6),
-                    L4Proto::Udp => (self.fields.udp6, HashKind::Udpv6),
-                };
-                if set != HashFields::L4 {
-                    return None;
-                }
+            IpVersion::V6 => {
                 let mut b = [0u8; 36];
-                b[..16].copy_from_slice(&src);
-                b[16..32].copy_from_slice(&dst);
+                b[..16].copy_from_slice(&key.src);
+                b[16..32].copy_from_slice(&key.dst);
                 b[32..34].copy_from_slice(&sp);
                 b[34..].copy_from_slice(&dp);
                 Some((self.toeplitz.hash_array(&b), kind))

@@ -247,8 +247,8 @@ impl Pktgen {
 impl GuestPeer for Pktgen {
     fn from_guest(&self, pair: u16, frame: &[u8]) {
         let Some(s) = self.tx.get(usize::from(pair)) else { return };
-        match self.emu.nic.classify_frame(frame, self.emu.clock.now_ns()) {
-            Ok((_, d)) => {
+        match self.emu.nic.classifier().decide_frame(frame, self.emu.clock.now_ns()) {
+            Ok(d) => {
                 bump(&s.a, 1);
                 if d.filter.is_some() {
                     bump(&s.b, 1);

@@ -119,6 +119,15 @@ pub fn parse_frame(frame: &[u8]) -> Result<PacketInfo, ParseError> {
     }
 }
 
+/// The flow key of a frame the fast path takes that carries TCP/UDP ports — what
+/// `parse_frame(frame)?.flow_key()` gives — without handing a [`PacketInfo`] back;
+/// `None` for every other frame (the caller parses it in full). The classifier's common
+/// case: the key is all the filter table and the RSS 4-tuple hash need.
+#[inline]
+pub fn flow_key_fast(frame: &[u8]) -> Option<FlowKey> {
+    parse_frame_fast(frame)?.flow_key()
+}
+
 /// EtherTypes and IP protocol numbers the fast path looks at.
 const ET_IPV4: u16 = 0x0800;
 const ET_IPV6: u16 = 0x86dd;
