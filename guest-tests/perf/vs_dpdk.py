@@ -220,6 +220,10 @@ def main():
                 sys.exit("vs-dpdk: %s not found (run from the repository root after cargo build --release)" % p)
         ver = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "dpdk-dev"], capture_output=True, text=True)
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        # The binary measured is built from the work tree: say when its sources differ from HEAD.
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "emulator", "Cargo.toml", "Cargo.lock"])
+        if commit.stdout.strip() and changed.returncode == 1:
+            commit.stdout = commit.stdout.strip() + "+changes"
         res = {"date": datetime.date.today().isoformat(), "launches": a.launches, "seconds": a.seconds,
                "warmup": a.warmup, "queue_size": QSIZE, "burst": BURST,
                "machine": {"cores": os.cpu_count(), "load_before": "%.1f" % os.getloadavg()[0],
