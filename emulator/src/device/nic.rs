@@ -2,7 +2,7 @@
 //! the traffic source and the control plane.
 
 use super::clock::Clock;
-use super::ports::{ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
+use super::ports::{Burst, ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
 use crate::model::nic::{Classifier, Decision, Nic};
 use crate::wire::control::DEVICE_MAC;
 use crate::wire::ethernet::{ethertype, innermost_ethertype, source_mac, MacAddr};
@@ -218,19 +218,54 @@ impl ToGuest for EmulatedNic {
     }
 }
 
+impl EmulatedNic {
+    /// A frame of the in-band control protocol from the guest: to the control plane.
+    /// Returns false for a data frame.
+    fn tx_control(&self, pair: u16, frame: &[u8]) -> bool {
+        if ethertype(frame).map(|(et, _)| et) != Some(CONTROL_ETHERTYPE) {
+            return false;
+        }
+        self.counters.control_frames.fetch_add(1, Relaxed);
+        let c = crate::sync::read(&self.control).clone();
+        if let Some(c) = c {
+            c.on_control_frame(pair, frame);
+        }
+        true
+    }
+}
+
 impl DeviceHooks for EmulatedNic {
     fn on_tx(&self, pair: u16, frame: &[u8]) {
-        if ethertype(frame).map(|(et, _)| et) == Some(CONTROL_ETHERTYPE) {
-            self.counters.control_frames.fetch_add(1, Relaxed);
-            let c = crate::sync::read(&self.control).clone();
-            if let Some(c) = c {
-                c.on_control_frame(pair, frame);
-            }
+        if self.tx_control(pair, frame) {
             return;
         }
         self.counters.data_frames_tx.fetch_add(1, Relaxed);
         if let Some(p) = self.peer() {
             p.from_guest(pair, frame);
+        }
+    }
+
+    /// Control frames go to the control plane as they come; the data frames of the burst
+    /// go to the peer as one burst of their own, counted once.
+    fn on_tx_burst(&self, pair: u16, burst: &mut Burst<'_>) {
+        let mut data = 0u64;
+        match self.peer() {
+            Some(p) => p.from_guest_burst(pair, &mut |sink| {
+                burst(&mut |frame| {
+                    if !self.tx_control(pair, frame) {
+                        data += 1;
+                        sink(frame);
+                    }
+                })
+            }),
+            None => burst(&mut |frame| {
+                if !self.tx_control(pair, frame) {
+                    data += 1;
+                }
+            }),
+        }
+        if data > 0 {
+            self.counters.data_frames_tx.fetch_add(data, Relaxed);
         }
     }
 
@@ -337,5 +372,53 @@ mod tests {
         let many = vec![refs[0]; MAX_BATCH + 1];
         batch.to_guest_batch(&many, &mut out);
         assert_eq!(out[MAX_BATCH], Delivery { queue: Some(9), delivered: true, filter: None });
+    }
+
+    /// A peer recording the guest's frames and how many bursts they came in.
+    #[derive(Default)]
+    struct Rec {
+        frames: Mutex<Vec<(u16, Vec<u8>)>>,
+        bursts: AtomicU64,
+    }
+    impl GuestPeer for Rec {
+        fn from_guest(&self, pair: u16, frame: &[u8]) {
+            self.frames.lock().unwrap().push((pair, frame.to_vec()));
+        }
+        fn from_guest_burst(&self, pair: u16, burst: &mut Burst<'_>) {
+            self.bursts.fetch_add(1, Relaxed);
+            burst(&mut |f| self.from_guest(pair, f));
+        }
+    }
+
+    #[test]
+    fn a_tx_burst_reaches_the_peer_as_single_frames_do() {
+        // Data frames, and two control frames (no control plane attached: counted, dropped).
+        let mut frames: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 60]).collect();
+        for i in [2, 7] {
+            frames[i][12..14].copy_from_slice(&CONTROL_ETHERTYPE.to_be_bytes());
+        }
+        let (one, _) = nic();
+        let (batch, _) = nic();
+        let (r1, r2) = (Arc::new(Rec::default()), Arc::new(Rec::default()));
+        one.set_peer(Some(r1.clone()));
+        batch.set_peer(Some(r2.clone()));
+        for f in &frames {
+            one.on_tx(3, f);
+        }
+        batch.on_tx_burst(3, &mut |sink| frames.iter().for_each(|f| sink(f)));
+        assert_eq!(*r1.frames.lock().unwrap(), *r2.frames.lock().unwrap());
+        assert_eq!(r2.frames.lock().unwrap().len(), 8);
+        assert_eq!((r1.bursts.load(Relaxed), r2.bursts.load(Relaxed)), (0, 1));
+        for (a, b) in [
+            (&one.counters.data_frames_tx, &batch.counters.data_frames_tx),
+            (&one.counters.control_frames, &batch.counters.control_frames),
+        ] {
+            assert_eq!(a.load(Relaxed), b.load(Relaxed));
+        }
+        assert_eq!(batch.counters.control_frames.load(Relaxed), 2);
+        // Without a peer the burst is still taken and counted.
+        batch.set_peer(None);
+        batch.on_tx_burst(3, &mut |sink| frames.iter().for_each(|f| sink(f)));
+        assert_eq!(batch.counters.data_frames_tx.load(Relaxed), 16);
     }
 }

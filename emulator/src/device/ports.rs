@@ -3,6 +3,10 @@
 //! a traffic source implements [`GuestPeer`] and calls [`ToGuest`]; the control runtime
 //! implements [`ControlPlane`]. Nothing here knows vrings, sockets or QEMU.
 
+/// A burst of frames handed over one at a time: called with a sink, it calls the sink once
+/// per frame. The frames may share one buffer, so none outlives its call.
+pub type Burst<'a> = dyn FnMut(&mut dyn FnMut(&[u8])) + 'a;
+
 /// Implemented by the upper layers (NIC model + traffic). Called from the backend's threads.
 pub trait DeviceHooks: Send + Sync + 'static {
     /// One frame the guest transmitted on TX vring of queue pair `pair` (virtio-net header
@@ -10,6 +14,13 @@ pub trait DeviceHooks: Send + Sync + 'static {
     /// locked: it may call `GuestRx::deliver` (RX vrings have their own locks) but should not
     /// block for long.
     fn on_tx(&self, pair: u16, frame: &[u8]);
+    /// The frames of one TX batch of queue pair `pair`, in ring order: `burst` calls the
+    /// sink it is given once per frame (each frame borrowed for that call only), so the
+    /// hooks can take per-burst state — a classifier, a clock read, counters — once. Same
+    /// thread and locking as [`DeviceHooks::on_tx`], which the default calls per frame.
+    fn on_tx_burst(&self, pair: u16, burst: &mut Burst<'_>) {
+        burst(&mut |frame| self.on_tx(pair, frame));
+    }
     /// The guest enabled/disabled queue pair `pair` (SET_VRING_ENABLE on its vrings, e.g. from
     /// `ethtool -L`). A pair counts as enabled when both its RX and TX vrings are enabled.
     fn on_queue_state(&self, pair: u16, enabled: bool);
@@ -100,5 +111,11 @@ pub const MAX_BATCH: usize = 64;
 pub trait GuestPeer: Send + Sync + 'static {
     #[allow(clippy::wrong_self_convention)] // "from the guest", not a conversion
     fn from_guest(&self, pair: u16, frame: &[u8]);
+    /// The data frames of one TX batch (see [`DeviceHooks::on_tx_burst`]); the default
+    /// calls [`GuestPeer::from_guest`] per frame.
+    #[allow(clippy::wrong_self_convention)]
+    fn from_guest_burst(&self, pair: u16, burst: &mut Burst<'_>) {
+        burst(&mut |frame| self.from_guest(pair, frame));
+    }
     fn link(&self, _up: bool) {}
 }

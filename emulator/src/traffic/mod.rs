@@ -7,4 +7,4 @@ pub mod pktgen;
 pub mod remote;
 pub mod tap;
 
-pub use crate::device::{Delivery, GuestPeer, ToGuest};
+pub use crate::device::{Burst, Delivery, GuestPeer, ToGuest};

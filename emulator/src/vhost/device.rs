@@ -571,8 +571,8 @@ impl Device {
         }
     }
 
-    /// Takes `n` chains from a TX ring, hands each frame to `on_tx`, publishes them all and
-    /// decides on one interrupt. Returns true if the ring is broken (stop for now).
+    /// Takes `n` chains from a TX ring, hands the frames to `on_tx_burst`, publishes them all
+    /// and decides on one interrupt. Returns true if the ring is broken (stop for now).
     fn take_tx(
         &self,
         pair: u16,
@@ -587,54 +587,66 @@ impl Device {
         tx.used.clear();
         let mut broken = false;
         let (mut frames, mut bytes) = (0u64, 0u64);
-        for k in 0..n {
-            let head = match ring.head_in(a, k) {
-                Ok(h) => h,
-                Err(_) => {
-                    c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                    broken = true;
-                    break;
-                }
-            };
-            tx.segs.clear();
-            match ring.walk_in(a, mem, head, false, tx.segs) {
-                Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
-                    c.tx_errors.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(total) => {
-                    let total = total as usize;
-                    let mut pos = 0usize;
-                    let mut ok = true;
-                    for s in tx.segs.iter() {
-                        let l = s.len as usize;
-                        // `walk` checked the segment is in guest memory and `total` fits `buf`.
-                        let dst = &mut tx.buf[pos..pos + l];
-                        let read = match mem.get_slice(GuestAddress(s.addr), l) {
-                            Ok(vs) => vs.read_slice(dst, 0).is_ok(),
-                            Err(_) => mem.read_slice(dst, GuestAddress(s.addr)).is_ok(),
-                        };
-                        if !read {
-                            ok = false;
-                            break;
-                        }
-                        pos += l;
+        let mut ran = false;
+        // The chains of the batch, each frame handed to `sink` (the hooks' per-frame call
+        // inside their per-burst state).
+        let mut take = |sink: &mut dyn FnMut(&[u8])| {
+            if ran {
+                return;
+            }
+            ran = true;
+            for k in 0..n {
+                let head = match ring.head_in(a, k) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                        broken = true;
+                        break;
                     }
-                    if ok {
-                        let frame = &tx.buf[hdr_len..total];
-                        frames += 1;
-                        bytes += frame.len() as u64;
-                        self.hooks.on_tx(pair, frame);
-                    } else {
+                };
+                tx.segs.clear();
+                match ring.walk_in(a, mem, head, false, tx.segs) {
+                    Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
+                        c.tx_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(total) => {
+                        let total = total as usize;
+                        let mut pos = 0usize;
+                        let mut ok = true;
+                        for s in tx.segs.iter() {
+                            let l = s.len as usize;
+                            // `walk` checked the segment is in guest memory and `total` fits `buf`.
+                            let dst = &mut tx.buf[pos..pos + l];
+                            let read = match mem.get_slice(GuestAddress(s.addr), l) {
+                                Ok(vs) => vs.read_slice(dst, 0).is_ok(),
+                                Err(_) => mem.read_slice(dst, GuestAddress(s.addr)).is_ok(),
+                            };
+                            if !read {
+                                ok = false;
+                                break;
+                            }
+                            pos += l;
+                        }
+                        if ok {
+                            let frame = &tx.buf[hdr_len..total];
+                            frames += 1;
+                            bytes += frame.len() as u64;
+                            sink(frame);
+                        } else {
+                            c.desc_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => {
+                        crate::warn_ratelimited!("vhost: pair {pair}: bad TX chain (counted in desc_errors): {e}");
                         c.desc_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Err(e) => {
-                    crate::warn_ratelimited!("vhost: pair {pair}: bad TX chain (counted in desc_errors): {e}");
-                    c.desc_errors.fetch_add(1, Ordering::Relaxed);
-                }
+                tx.used.push((head, 0));
             }
-            tx.used.push((head, 0));
-        }
+        };
+        self.hooks.on_tx_burst(pair, &mut take);
+        // Hooks that did not run the burst still consume it (the ring must move on).
+        take(&mut |_| {});
         if frames > 0 {
             c.tx_frames.fetch_add(frames, Ordering::Relaxed);
             c.tx_bytes.fetch_add(bytes, Ordering::Relaxed);

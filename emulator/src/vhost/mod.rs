@@ -14,7 +14,7 @@
 //!   `VhostUserBackendReqHandler`; `vhost::vhost_user::BackendReqHandler` parses the messages,
 //!   our own loop ([`handler`]) decides what to do with errors.
 //! * Worker threads: epoll on the kick eventfds of their vrings (+ a 100 ms timer as a safety
-//!   net). TX vrings are drained there and each frame goes to [`DeviceHooks::on_tx`]. RX vrings
+//!   net). TX vrings are drained there, each batch going to [`DeviceHooks::on_tx_burst`]. RX vrings
 //!   are never waited on: [`RxPort::deliver`] reads the avail ring directly whenever a frame
 //!   comes, so refill never depends on kicks, and a started RX ring asks the driver not to
 //!   kick it (`SplitRing::suppress_kicks`). Each vring has its own mutex; deliver() is safe
@@ -137,7 +137,7 @@ impl fmt::Debug for RxPort {
 /// Counters of one queue pair (snapshot).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PairCounters {
-    /// Frames taken from the TX vring and handed to `on_tx`.
+    /// Frames taken from the TX vring and handed to the hooks (`on_tx_burst`).
     pub tx_frames: u64,
     /// Their bytes (without virtio-net header).
     pub tx_bytes: u64,
