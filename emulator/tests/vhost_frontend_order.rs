@@ -576,5 +576,21 @@ fn batch_delivery_publishes_once_and_refuses_what_does_not_fit() {
     assert_eq!(after.rx_frames - before.rx_frames, 5);
     assert_eq!(after.rx_no_buffers - before.rx_no_buffers, 3);
     assert_eq!(after.interrupts - before.interrupts, 1, "one interrupt for the batch");
+
+    // Mergeable buffers: a frame over three 256-byte buffers between two small frames. The
+    // avail entries read for the first frame carry the second; the third finds none left.
+    for d in 5..9 {
+        v.rings[0].post_rx(&g, d, buf(d), 256);
+    }
+    let (small, big) = (frame(60, 9), frame(600, 10));
+    let mut out = vec![Ok(()); 3];
+    s.rx.deliver_batch(0, &[&small[..], &big[..], &small[..]], &mut out);
+    assert_eq!(out, vec![Ok(()), Ok(()), Err(RxError::NoBuffers)]);
+    assert_eq!(v.rings[0].used_idx(&g), 9, "one used element for the small frame, three for the big one");
+    let used: Vec<(u32, u32)> = (0..4).map(|_| v.rings[0].pop_used(&g).unwrap()).collect();
+    assert_eq!(used, vec![(5, (HDR + 60) as u32), (6, 256), (7, 256), (8, (HDR + 600 - 512) as u32)]);
+    let mut hdr = [0u8; HDR];
+    g.read(&mut hdr, buf(6));
+    assert_eq!(u16::from_le_bytes([hdr[10], hdr[11]]), 3, "num_buffers of the big frame");
     drop(fe);
 }
