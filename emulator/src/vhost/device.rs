@@ -114,10 +114,6 @@ struct Scratch<'a> {
     segs: &'a mut Vec<Seg>,
     chains: &'a mut Vec<(u16, usize, u64)>,
     used: &'a mut Vec<(u16, u32)>,
-    /// Avail entries known to be there and not yet consumed in this batch (`None`: not
-    /// read yet). `avail.idx` is the cache line the driver writes on every refill: it is
-    /// read again only when the entries known do not hold the next frame.
-    avail: Option<u16>,
 }
 
 /// Why a frame was not placed: refused (the ring is fine), or the ring is malformed.
@@ -142,51 +138,37 @@ fn place_frame(
         return Err(Place::Rx(RxError::TooLarge));
     }
     let need = (hdr_len + frame.len()) as u64;
-    let (mut pending, mut fresh) = match sc.avail {
-        Some(n) if n > 0 => (n, false),
-        _ => (ring.pending_in(a).map_err(Place::Ring)?, true),
-    };
+    let pending = ring.pending_in(a).map_err(Place::Ring)?;
+    let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
     sc.segs.clear();
     sc.chains.clear();
     let mut cap = 0u64;
     let mut k = 0u16;
-    loop {
-        let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
-        while cap < need && k < max_bufs {
-            let head = ring.head_in(a, k).map_err(Place::Ring)?;
-            let chain_cap = match ring.walk_in(a, mem, head, true, sc.segs) {
-                Ok(0) => Err(RingError::WrongDirection),
-                other => other,
-            };
-            match chain_cap {
-                Ok(n) => {
-                    sc.chains.push((head, sc.segs.len(), n));
-                    cap += n;
-                    k += 1;
-                }
-                Err(e) => {
-                    sc.used.clear();
-                    sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
-                    sc.used.push((head, 0));
-                    ring.consume(k + 1);
-                    sc.avail = None;
-                    let _ = ring.push_used_in(a, sc.used);
-                    return Err(Place::Ring(e));
-                }
+    while cap < need && k < max_bufs {
+        let head = ring.head_in(a, k).map_err(Place::Ring)?;
+        let chain_cap = match ring.walk_in(a, mem, head, true, sc.segs) {
+            Ok(0) => Err(RingError::WrongDirection),
+            other => other,
+        };
+        match chain_cap {
+            Ok(n) => {
+                sc.chains.push((head, sc.segs.len(), n));
+                cap += n;
+                k += 1;
+            }
+            Err(e) => {
+                sc.used.clear();
+                sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
+                sc.used.push((head, 0));
+                ring.consume(k + 1);
+                let _ = ring.push_used_in(a, sc.used);
+                return Err(Place::Ring(e));
             }
         }
-        if cap >= need || fresh {
-            break;
-        }
-        // The entries known ran out before the frame fit: the driver may have posted more.
-        pending = ring.pending_in(a).map_err(Place::Ring)?;
-        fresh = true;
     }
     if cap < need {
-        sc.avail = Some(pending);
         return Err(Place::Rx(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers }));
     }
-    sc.avail = Some(pending - k);
 
     // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
     let mut hdr = [0u8; 12];
@@ -476,7 +458,7 @@ impl Device {
         }
         let mrg = self.acked_features() & features::MRG_RXBUF != 0;
         let hdr_len = self.hdr_len();
-        let mut scratch = Scratch { segs, chains, used, avail: None };
+        let mut scratch = Scratch { segs, chains, used };
         // The ring's areas as slices taken once for the batch; through guest memory (a
         // region lookup per access) when an area crosses a region boundary.
         match RingView::new(&mem, &ring.addrs) {
