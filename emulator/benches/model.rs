@@ -41,6 +41,18 @@ fn toeplitz(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 4-queue NIC with `rules` filters in a shared table, and 256 TCPv4 frames of which
+/// half hit a rule (when there are rules) and half miss.
+fn classify_rig(rules: u32) -> (Nic, Vec<Vec<u8>>) {
+    let table = Arc::new(FilterTable::new(Layout::Shared, 1 << 17));
+    for i in 0..rules {
+        table.insert(i, key(i), Action::Queue((i % 4) as u16), 0).unwrap();
+    }
+    let nic = Nic::with_parts(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap(), table);
+    let frames = (0..256u32).map(|i| frame_for(&key(if i % 2 == 0 { i } else { 1_000_000 + i }), 18)).collect();
+    (nic, frames)
+}
+
 fn classify(c: &mut Criterion) {
     let mut g = c.benchmark_group("classify");
     g.throughput(Throughput::Elements(1));
@@ -51,14 +63,7 @@ fn classify(c: &mut Criterion) {
     g.bench_function("parse_only_fast", |b| b.iter(|| parse_frame_fast(black_box(&f)).unwrap()));
     g.bench_function("parse_only", |b| b.iter(|| parse_frame(black_box(&f)).unwrap()));
     for rules in [0u32, 1024, 65536] {
-        let table = Arc::new(FilterTable::new(Layout::Shared, 1 << 17));
-        for i in 0..rules {
-            table.insert(i, key(i), Action::Queue((i % 4) as u16), 0).unwrap();
-        }
-        let nic = Nic::with_parts(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap(), table);
-        // Half the frames hit a rule (when there are rules), half miss.
-        let frames: Vec<Vec<u8>> =
-            (0..256u32).map(|i| frame_for(&key(if i % 2 == 0 { i } else { 1_000_000 + i }), 18)).collect();
+        let (nic, frames) = classify_rig(rules);
         let mut n = 0usize;
         g.bench_function(format!("parse_lookup_rss_{rules}_rules"), |b| {
             b.iter(|| {
@@ -79,14 +84,7 @@ fn classify_burst(c: &mut Criterion) {
     let mut g = c.benchmark_group("classify_burst");
     g.throughput(Throughput::Elements(BURST as u64));
     for rules in [0u32, 1024, 65536] {
-        let table = Arc::new(FilterTable::new(Layout::Shared, 1 << 17));
-        for i in 0..rules {
-            table.insert(i, key(i), Action::Queue((i % 4) as u16), 0).unwrap();
-        }
-        let nic = Nic::with_parts(Rss::new(&MICROSOFT_KEY, HashTypes::ALL, 128, 4).unwrap(), table);
-        // Half the frames hit a rule (when there are rules), half miss.
-        let frames: Vec<Vec<u8>> =
-            (0..256u32).map(|i| frame_for(&key(if i % 2 == 0 { i } else { 1_000_000 + i }), 18)).collect();
+        let (nic, frames) = classify_rig(rules);
         let mut n = 0usize;
         g.bench_function(format!("decide_{rules}_rules"), |b| {
             b.iter(|| {
