@@ -149,6 +149,17 @@ struct arfs_rule {
 	struct rcu_head rcu;
 };
 
+/* an expired rule, kept for debugfs "expired" (which flows shared an RFS slot) */
+#define ARFS_GONE_MAX 128
+
+struct arfs_gone {
+	struct arfs_tuple tuple;
+	u32 flow_id;
+	u32 filter_id;
+	u16 rxq;
+	u8 type;
+};
+
 /* one ethtool ntuple rule (arfs_nfc.c), as the user gave it */
 struct arfs_nfc_rule {
 	struct list_head node;		/* arfs_priv.nfc_rules, by location */
@@ -197,6 +208,8 @@ struct arfs_priv {
 	u64 lock_t0;		/* when the holder of arfs_lock took it */
 	struct hlist_head *tables[ARFS_NUM_TYPES];
 	struct hlist_head *id_hash;
+	struct arfs_gone gone[ARFS_GONE_MAX];	/* last expired rules, under arfs_lock */
+	unsigned int gone_next;
 	unsigned int hash_bits;
 	u32 last_filter_id;
 	bool stopping;

@@ -242,6 +242,16 @@ DEFINE_SHOW_ATTRIBUTE(arfs_stats);
 
 static const char * const arfs_hw_names[] = { "none", "installed", "unknown" };
 
+static void arfs_seq_tuple(struct seq_file *s, const struct arfs_tuple *t)
+{
+	if (t->etype == htons(ETH_P_IP))
+		seq_printf(s, "%pI4 %u %pI4 %u", &t->src_ipv4, ntohs(t->src_port),
+			   &t->dst_ipv4, ntohs(t->dst_port));
+	else
+		seq_printf(s, "%pI6c %u %pI6c %u", &t->src_ipv6, ntohs(t->src_port),
+			   &t->dst_ipv6, ntohs(t->dst_port));
+}
+
 static int arfs_rules_show(struct seq_file *s, void *unused)
 {
 	struct arfs_priv *p = s->private;
@@ -255,18 +265,7 @@ static int arfs_rules_show(struct seq_file *s, void *unused)
 		for (j = 0; j < (1 << p->hash_bits); j++) {
 			hlist_for_each_entry(rule, &p->tables[t][j], hlist) {
 				seq_printf(s, "%u %s ", rule->filter_id, arfs_type_names[t]);
-				if (rule->tuple.etype == htons(ETH_P_IP))
-					seq_printf(s, "%pI4 %u %pI4 %u",
-						   &rule->tuple.src_ipv4,
-						   ntohs(rule->tuple.src_port),
-						   &rule->tuple.dst_ipv4,
-						   ntohs(rule->tuple.dst_port));
-				else
-					seq_printf(s, "%pI6c %u %pI6c %u",
-						   &rule->tuple.src_ipv6,
-						   ntohs(rule->tuple.src_port),
-						   &rule->tuple.dst_ipv6,
-						   ntohs(rule->tuple.dst_port));
+				arfs_seq_tuple(s, &rule->tuple);
 				seq_printf(s, " %u %s %u %llu %u\n", rule->rxq,
 					   arfs_hw_names[rule->hw], rule->hw_rxq,
 					   rule->hw == ARFS_HW_INSTALLED ?
@@ -280,6 +279,28 @@ static int arfs_rules_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(arfs_rules);
 
+/* the last ARFS_GONE_MAX rules expiry removed, oldest first */
+static int arfs_expired_show(struct seq_file *s, void *unused)
+{
+	struct arfs_priv *p = s->private;
+	unsigned int i, n, first;
+
+	seq_puts(s, "filter_id type src sport dst dport rxq flow_id\n");
+	arfs_lock_bh(p);
+	n = min_t(unsigned int, p->gone_next, ARFS_GONE_MAX);
+	first = p->gone_next - n;
+	for (i = 0; i < n; i++) {
+		const struct arfs_gone *g = &p->gone[(first + i) % ARFS_GONE_MAX];
+
+		seq_printf(s, "%u %s ", g->filter_id, arfs_type_names[g->type]);
+		arfs_seq_tuple(s, &g->tuple);
+		seq_printf(s, " %u %u\n", g->rxq, g->flow_id);
+	}
+	arfs_unlock_bh(p);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(arfs_expired);
+
 static void arfs_debugfs_init(struct arfs_priv *p)
 {
 	p->dbg = debugfs_create_dir(KBUILD_MODNAME, NULL);
@@ -289,6 +310,7 @@ static void arfs_debugfs_init(struct arfs_priv *p)
 	}
 	debugfs_create_file("stats", 0444, p->dbg, p, &arfs_stats_fops);
 	debugfs_create_file("rules", 0444, p->dbg, p, &arfs_rules_fops);
+	debugfs_create_file("expired", 0444, p->dbg, p, &arfs_expired_fops);
 	debugfs_create_bool("disabled", 0644, p->dbg, &arfs_disabled);
 	debugfs_create_ulong("hold_ns", 0644, p->dbg, &arfs_hold_ns);
 }

@@ -294,6 +294,18 @@ noproto:
 	return -EPROTONOSUPPORT;
 }
 
+/* remember an expired rule for debugfs "expired"; caller holds arfs_lock */
+static void arfs_note_gone(struct arfs_priv *p, const struct arfs_rule *rule)
+{
+	struct arfs_gone *g = &p->gone[p->gone_next++ % ARFS_GONE_MAX];
+
+	g->tuple = rule->tuple;
+	g->flow_id = rule->flow_id;
+	g->filter_id = rule->filter_id;
+	g->rxq = rule->rxq;
+	g->type = rule->type;
+}
+
 static void arfs_may_expire_flow(struct arfs_priv *p)
 {
 	unsigned int quota = READ_ONCE(arfs_expire_quota), n = 0;
@@ -319,6 +331,7 @@ static void arfs_may_expire_flow(struct arfs_priv *p)
 							 rule->filter_id))
 					continue;
 				arfs_unlink_rule(p, rule);
+				arfs_note_gone(p, rule);
 				hlist_add_head_rcu(&rule->hlist, &del_list);
 				if (++n >= quota)
 					break;

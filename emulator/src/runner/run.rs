@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 /// Largest guest JSON block accepted (docs/security.md): the guest controls its size.
 pub const MAX_GUEST_JSON: usize = 16 << 20;
 
+/// The guest module's rule table in debugfs, and its last expired rules.
+pub const RULES_DEBUGFS: &str = "/sys/kernel/debug/arfs_virtio/rules";
+pub const EXPIRED_DEBUGFS: &str = "/sys/kernel/debug/arfs_virtio/expired";
+
 fn append_line(s: &Scenario, run: &Run) -> String {
     let g = &s.guest;
     let sysctls: Vec<String> = s.sysctls_for(run).iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -73,6 +77,10 @@ fn append_line(s: &Scenario, run: &Run) -> String {
         a.push(format!("arfs.funccount={f}"));
     }
     if g.module {
+        // The driver's rule table at the end and the rules expiry removed (filter id,
+        // 5-tuple, queue, flow_id): which flows shared an rps_dev_flow slot in this boot,
+        // for model mode's fidelity check (docs/model.md). In the guest JSON, `files`.
+        a.push(format!("arfs.dump={RULES_DEBUGFS},{EXPIRED_DEBUGFS}"));
         a.push("arfs.modarg=arfs_virtio.irqs=@INPUT_IRQS@".into());
         a.push("arfs.modarg=arfs_virtio.ifname=@IFNAME@".into());
         for (k, v) in &g.module_params {
