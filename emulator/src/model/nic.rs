@@ -469,6 +469,20 @@ impl Classifier<'_> {
         Ok((info, self.classify(&info, frame.len(), now_ns)))
     }
 
+    /// The decision for a TCP/UDP packet of `len` bytes with flow `key`, as
+    /// [`Classifier::decide_frame`] takes it for such a frame: the aRFS filters over RSS
+    /// on the key's hash. `None` when ethtool rules are installed or RSS cannot hash the
+    /// key; the caller then needs a frame. The model-mode twin drives the device with keys.
+    #[inline]
+    pub fn decide_key(&self, key: &FlowKey, len: usize, now_ns: u64) -> Option<Decision> {
+        if self.nic.table.has_user_rules() {
+            return None;
+        }
+        let rss = self.rss.decide_key(key)?;
+        let plain = Decision { queue: Some(rss.queue), rss, filter: None, rule: None };
+        Some(self.filter(key, plain, len, now_ns))
+    }
+
     /// [`Classifier::classify_frame`]'s decision alone, the datapath's call. The common
     /// frame — TCP/UDP on the parser's fast path, no ethtool rule installed, hashed on
     /// the 4-tuple — goes from its flow key straight to the RSS hash and the filter

@@ -53,6 +53,10 @@ pub struct Report {
     /// The signal that stopped it (`SIGINT`, `SIGTERM`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<String>,
+    /// `model` for a report of the model-mode twin (`arfsnic model`, docs/model.md); absent
+    /// for a VM run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 fn complete_default() -> bool {

@@ -486,5 +486,6 @@ pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
         runs,
         complete: interrupted.is_none(),
         interrupted,
+        mode: None,
     })
 }
