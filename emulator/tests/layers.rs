@@ -21,7 +21,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("report", &["wire", "model", "device", "traffic"]),
     // The runner writes the typed report: it may use report::schema, not the tables.
     ("runner", &["wire", "model", "device", "vhost", "traffic", "report::schema"]),
-    ("cli", &["wire", "model", "device", "vhost", "traffic", "report", "runner"]),
+    // Model mode: the twin reads scenarios and profiles through the runner and writes
+    // the typed report; it runs the device model, never the vhost or traffic layers.
+    ("twin", &["wire", "model", "report::schema", "runner"]),
+    ("cli", &["wire", "model", "device", "vhost", "traffic", "report", "runner", "twin"]),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -1,0 +1,259 @@
+//! Model vs VM: the twin runs each run of committed (or fresh) VM reports — same
+//! scenario file, same kernel, same sysctls — over many seeds, and its mean is held to the
+//! VM's mean: within ±10 %, or ±3/s for rates under 30/s (stuck flows: ±3 flows).
+//!
+//! Seeds, because the VM's flow hashes are keyed per boot: whether two of the 64 flows
+//! share an `rps_dev_flow` slot (and fight over it) changes from boot to boot, and the
+//! twin draws its hashes per seed the same way.
+
+use super::driver::TwinProfile;
+use super::{run_specs, sim, topology, Options};
+use crate::model::profile::Profile;
+use crate::report::schema::{Report, RunReport};
+use crate::runner::scenario::Scenario;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A number both a VM report and the twin's report carry.
+pub struct Metric {
+    pub name: &'static str,
+    pub read: fn(&RunReport) -> Option<f64>,
+}
+
+pub const METRICS: [Metric; 4] = [
+    Metric { name: "Steer-C/s", read: |r| r.driver().and_then(|d| d.steer_calls_per_s) },
+    Metric { name: "Add/s", read: |r| r.driver().and_then(|d| d.adds_per_s) },
+    Metric { name: "Del/s", read: |r| r.driver().and_then(|d| d.dels_per_s) },
+    Metric { name: "stuck", read: |r| r.flows_stuck_without_filter.map(|n| n as f64) },
+];
+
+/// One metric of one (scenario, kernel, run label).
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub scenario: String,
+    pub kernel: String,
+    pub label: String,
+    pub metric: &'static str,
+    /// One value per VM report that had this run.
+    pub vm: Vec<f64>,
+    /// One value per seed (for every VM report).
+    pub model: Vec<f64>,
+    /// Per VM report: flows whose `rps_dev_flow` slot the twin replayed from it.
+    pub replayed: Vec<usize>,
+    pub flows: u32,
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+impl Cell {
+    pub fn vm_mean(&self) -> f64 {
+        mean(&self.vm)
+    }
+
+    pub fn model_mean(&self) -> f64 {
+        mean(&self.model)
+    }
+
+    /// ±10 %, or ±3 (per second, or flows) under 30.
+    pub fn tolerance(&self) -> f64 {
+        let v = self.vm_mean().abs();
+        if v < 30.0 {
+            3.0
+        } else {
+            0.1 * v
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        (self.model_mean() - self.vm_mean()).abs() <= self.tolerance()
+    }
+}
+
+/// A VM report (or run) the comparison left out, and why.
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    pub source: String,
+    pub reason: String,
+}
+
+/// The workload's setting as the guest printed it, against the scenario file's: a VM
+/// report made with an older scenario file is not this scenario.
+fn workload_differs(run: &RunReport, s: &Scenario) -> Option<String> {
+    let cfg = run.guest.system.other.get("workload")?.get("config")?;
+    let want = [
+        ("flows", Value::from(s.traffic.flows)),
+        ("workers", Value::from(s.guest.workers)),
+        ("pattern", Value::from(s.guest.pattern.clone())),
+        ("period_ms", Value::from(s.guest.period_ms)),
+    ];
+    want.into_iter()
+        .find(|(k, v)| cfg.get(*k).is_some_and(|x| x != v))
+        .map(|(k, v)| format!("the guest ran {k} = {} but the scenario file says {v}", cfg[k]))
+}
+
+/// Per flow, the `flow_id` (its `rps_dev_flow` slot) the VM's driver gave its rule, from
+/// the guest's dump of the module's debugfs `rules` and `expired` at the end of the run
+/// (`files` in the guest JSON); `None` for a flow that never had a rule there.
+pub fn vm_slots(run: &RunReport, flows: u32) -> Vec<Option<u32>> {
+    use crate::runner::run::{EXPIRED_DEBUGFS, RULES_DEBUGFS};
+    let mut slots = vec![None; flows as usize];
+    let Some(files) = run.guest.system.other.get("files") else { return slots };
+    for name in [EXPIRED_DEBUGFS, RULES_DEBUGFS] {
+        let Some(text) = files.get(name).and_then(Value::as_str) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(dport), Some(id)) =
+                (f.get(5).and_then(|x| x.parse::<u16>().ok()), f.last().and_then(|x| x.parse::<u32>().ok()))
+            else {
+                continue;
+            };
+            let flow = usize::from(dport.wrapping_sub(crate::runner::GUEST_BASE_PORT));
+            if f.len() >= 8 && flow < slots.len() {
+                slots[flow] = Some(id);
+            }
+        }
+    }
+    slots
+}
+
+/// Compare the twin with the VM reports at `reports` (scenarios from `root`'s
+/// configs/scenarios/), `seeds` seeds per run.
+pub fn compare(
+    root: &Path,
+    reports: &[PathBuf],
+    seeds: u32,
+    twin: TwinProfile,
+) -> anyhow::Result<(Vec<Cell>, Vec<Skipped>)> {
+    let mut cells: BTreeMap<(String, String, String, usize), Cell> = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for path in reports {
+        let src = path.display().to_string();
+        let r = Report::load(path, "VM report")?;
+        if r.mode.as_deref() == Some("model") {
+            skipped.push(Skipped { source: src, reason: "a model-mode report, not a VM run".into() });
+            continue;
+        }
+        let spath = root.join("configs/scenarios").join(format!("{}.toml", r.scenario));
+        let scenario = match Scenario::load(&spath) {
+            Ok(s) => s,
+            Err(e) => {
+                skipped.push(Skipped { source: src, reason: format!("scenario: {e}") });
+                continue;
+            }
+        };
+        for run in &r.runs {
+            let kernel = run.kernel.clone().unwrap_or_else(|| r.kernel.clone());
+            let Some(srun) = scenario.runs().into_iter().find(|x| x.label == run.label) else {
+                skipped.push(Skipped {
+                    source: format!("{src} {}", run.label),
+                    reason: "no run of that label in the scenario file".into(),
+                });
+                continue;
+            };
+            if let Some(why) = workload_differs(run, &scenario) {
+                skipped.push(Skipped { source: format!("{src} {}", run.label), reason: why });
+                continue;
+            }
+            let mut s = scenario.clone();
+            s.kernel = kernel.clone();
+            s.runs = vec![crate::runner::scenario::Run { kernel: None, ..srun.clone() }];
+            if let Some(n) = run.rps_flow_cnt {
+                s.runs[0].rps_flow_cnt = Some(n);
+            }
+            // The rate the link partner offered (the warm-up probe may have halved it).
+            if let Some(o) = &run.offered_load {
+                s.traffic.rate_pps = u32::try_from(o.chosen_pps).unwrap_or(u32::MAX);
+            }
+            let slots = vm_slots(run, s.traffic.flows);
+            let replayed = slots.iter().filter(|x| x.is_some()).count();
+            let model = match model_runs(root, &s, seeds, twin, &slots) {
+                Ok(m) => m,
+                Err(e) => {
+                    skipped.push(Skipped {
+                        source: format!("{src} {}", run.label),
+                        reason: format!("the twin cannot run it: {e}"),
+                    });
+                    continue;
+                }
+            };
+            for (i, m) in METRICS.iter().enumerate() {
+                let Some(v) = (m.read)(run) else { continue };
+                let key = (r.scenario.clone(), kernel.clone(), run.label.clone(), i);
+                let cell = cells.entry(key).or_insert_with(|| Cell {
+                    scenario: r.scenario.clone(),
+                    kernel: kernel.clone(),
+                    label: run.label.clone(),
+                    metric: m.name,
+                    vm: Vec::new(),
+                    model: Vec::new(),
+                    replayed: Vec::new(),
+                    flows: s.traffic.flows,
+                });
+                cell.vm.push(v);
+                cell.model.extend(model.iter().filter_map(|x| (m.read)(x)));
+                cell.replayed.push(replayed);
+            }
+        }
+    }
+    Ok((cells.into_values().collect(), skipped))
+}
+
+/// The twin's run of a one-run scenario, once per seed.
+fn model_runs(
+    root: &Path,
+    s: &Scenario,
+    seeds: u32,
+    twin: TwinProfile,
+    slots: &[Option<u32>],
+) -> anyhow::Result<Vec<RunReport>> {
+    let topo = topology(s)?;
+    let dir = root.join("configs/scenarios");
+    let run = &s.runs()[0];
+    let pname = run.profile.as_deref().unwrap_or(&s.profile);
+    let profile = Profile::load(&crate::runner::resolve_profile(pname, root, &dir)?)?;
+    let mut out = Vec::new();
+    for seed in 0..u64::from(seeds) {
+        let opts = Options { seed: seed + 1, twin };
+        let (label, sysctls, mut spec) = run_specs(s, opts.seed)?.remove(0);
+        spec.slots = slots.to_vec();
+        let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, super::driver::Driver::new(twin))?;
+        out.push(super::run_report(label, sysctls, &spec, &profile.name, &s.kernel, &o));
+    }
+    Ok(out)
+}
+
+/// The fidelity table in markdown.
+pub fn markdown(cells: &[Cell], skipped: &[Skipped], seeds: u32) -> String {
+    let mut t = format!(
+        "| scenario | kernel | run | metric | VM mean (runs) | VM values | slots replayed | model mean ({seeds} seeds per VM run) | model min–max | tolerance | agrees |\n|---|---|---|---|---:|---|---|---:|---|---:|---|\n"
+    );
+    for c in cells {
+        let lo = c.model.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = c.model.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let vals: Vec<String> = c.vm.iter().map(|v| format!("{v:.1}")).collect();
+        let rep: Vec<String> = c.replayed.iter().map(|n| format!("{n}/{}", c.flows)).collect();
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {:.1} ({}) | {} | {} | {:.1} | {:.1}–{:.1} | ±{:.1} | {} |\n",
+            c.scenario,
+            c.kernel,
+            c.label,
+            c.metric,
+            c.vm_mean(),
+            c.vm.len(),
+            vals.join(", "),
+            rep.join(", "),
+            c.model_mean(),
+            lo,
+            hi,
+            c.tolerance(),
+            if c.ok() { "yes" } else { "**no**" }
+        ));
+    }
+    for s in skipped {
+        t.push_str(&format!("\nNot compared: {}: {}\n", s.source, s.reason));
+    }
+    t
+}

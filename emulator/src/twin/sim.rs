@@ -1,0 +1,505 @@
+//! The discrete-event loop: packets of the scenario's flows, the workers' hops, the
+//! driver's ordered workqueue and the device's command engine, in one timeline of
+//! nanoseconds. One call of [`simulate`] is one run of a scenario.
+
+use super::driver::{Driver, Hw, Work};
+use super::rfs::{KernelRfs, Rfs};
+use super::topo::Topology;
+use super::TwinError;
+use crate::model::engine::{Command, Engine, Output};
+use crate::model::filter::Action;
+use crate::model::nic::Nic;
+use crate::model::profile::Profile;
+use crate::wire::{FlowKey, L4Proto};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// How the application threads move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Pinned, never moving.
+    None,
+    /// Every `period`, to the next CPU of the starting CPU's LLC (round robin).
+    HopWithinLlc,
+    /// Every `period`, to a CPU of the next LLC group, rotating inside it.
+    HopAcrossLlc,
+}
+
+/// One run's setting, taken from a scenario and its run.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    pub kernel: KernelRfs,
+    pub llc_skip: bool,
+    pub arfs: bool,
+    pub flows: u32,
+    pub rate_pps: f64,
+    pub payload: usize,
+    pub workers: u32,
+    pub pattern: Pattern,
+    pub period_ns: u64,
+    pub sock_entries: u32,
+    pub flow_cnt: u32,
+    pub duration_ns: u64,
+    pub warmup_ns: u64,
+    pub seed: u64,
+    /// Per flow, the `rps_dev_flow` slot its hash fell in during a VM boot (the driver's
+    /// `flow_id`), to replay that boot's slot sharing; `None` or missing: a random hash.
+    pub slots: Vec<Option<u32>>,
+}
+
+/// One second of the driver's counters, cumulative at the second's end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub steer_calls: u64,
+    pub adds: u64,
+    pub mods: u64,
+    pub dels: u64,
+    pub lock_acquired: u64,
+    pub lock_contended: u64,
+    pub lock_wait_ns: u64,
+}
+
+/// What a run left behind.
+pub struct Outcome {
+    pub driver: Driver,
+    pub rfs: super::rfs::RfsStats,
+    pub engine: crate::model::engine::EngineStats,
+    pub partitions: Vec<crate::model::filter::PartitionStats>,
+    pub rules_at_end: usize,
+    /// Cumulative at every whole second, index 0 = t 0.
+    pub samples: Vec<Sample>,
+    pub rx_per_queue: Vec<u64>,
+    pub filter_per_queue: Vec<u64>,
+    pub packets: u64,
+    pub stuck: u64,
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Packet(u32),
+    Hop(u32),
+    WqRun,
+    ExpireTimer,
+    CmdDone { status: i32 },
+    Sample,
+}
+
+struct FlowState {
+    key: FlowKey,
+    hash: u32,
+    interval_ns: u64,
+    packets: u64,
+    last_queue: u16,
+    /// When the flow's packets last went through a filter (None: never).
+    last_via_filter_ns: Option<u64>,
+}
+
+struct Worker {
+    cpu: u16,
+    start_cpu: u16,
+    hops: u64,
+    id: u32,
+}
+
+/// What the workqueue's worker is in the middle of.
+enum Exec {
+    Idle,
+    /// A WqRun event is scheduled.
+    Starting,
+    RuleCmd {
+        id: u16,
+        add: bool,
+    },
+    Dels {
+        left: Vec<(u16, Hw)>,
+    },
+}
+
+struct Sim<'a> {
+    spec: &'a RunSpec,
+    topo: &'a Topology,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    nic: Nic,
+    engine: Engine,
+    out: Vec<Output>,
+    rfs: Rfs,
+    driver: Driver,
+    flows: Vec<FlowState>,
+    workers: Vec<Worker>,
+    exec: Exec,
+    samples: Vec<Sample>,
+    rx_per_queue: Vec<u64>,
+    filter_per_queue: Vec<u64>,
+    packets: u64,
+    events: u64,
+}
+
+/// The flow key of flow `i` as a VM run's link partner sends it: partner
+/// `PARTNER_IP:PARTNER_BASE_PORT + i` to guest `GUEST_IP:GUEST_BASE_PORT + i`, so the
+/// device's RSS puts each flow on the queue it gets in the VM.
+pub fn flow_key(i: u32) -> FlowKey {
+    use crate::runner::{GUEST_BASE_PORT, GUEST_IP, PARTNER_BASE_PORT, PARTNER_IP};
+    FlowKey::v4(
+        L4Proto::Udp,
+        PARTNER_IP.octets(),
+        PARTNER_BASE_PORT.wrapping_add(i as u16),
+        GUEST_IP.octets(),
+        GUEST_BASE_PORT.wrapping_add(i as u16),
+    )
+}
+
+/// Run one scenario run to its end.
+pub fn simulate(
+    spec: &RunSpec,
+    topo: &Topology,
+    profile: &Profile,
+    queues: u16,
+    driver: Driver,
+) -> Result<Outcome, TwinError> {
+    let nic = Nic::new(profile, queues).map_err(|e| TwinError::field("nic.queues", e.to_string()))?;
+    let engine = Engine::new(profile, nic.table().clone(), 0);
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let per_flow = spec.rate_pps / f64::from(spec.flows.max(1));
+    let interval_ns = if per_flow > 0.0 { (1e9 / per_flow).max(1.0) as u64 } else { u64::MAX };
+    let log = (spec.flow_cnt > 0).then(|| spec.flow_cnt.trailing_zeros() as u8);
+    let flows: Vec<FlowState> = (0..spec.flows)
+        .map(|i| FlowState {
+            key: flow_key(i),
+            // The guest's skb hash is the kernel's software flow hash, keyed per boot:
+            // random per run here (0 means "no hash" to RFS), or in the slot a VM boot put
+            // the flow in.
+            hash: match (spec.slots.get(i as usize).copied().flatten(), log) {
+                (Some(slot), Some(log)) => super::rfs::hash_in_slot(spec.kernel, slot, log, rng.random()),
+                _ => rng.random_range(1..=u32::MAX),
+            },
+            interval_ns,
+            packets: 0,
+            last_queue: 0,
+            last_via_filter_ns: None,
+        })
+        .collect();
+    let cpus = topo.cpus() as u32;
+    let workers = (0..spec.workers)
+        .map(|w| {
+            let c = (w % cpus) as u16;
+            Worker { cpu: c, start_cpu: c, hops: 0, id: w }
+        })
+        .collect();
+    let rfs = Rfs::new(spec.kernel, topo.cpus(), queues, spec.sock_entries, spec.flow_cnt, spec.llc_skip, spec.arfs);
+    let mut sim = Sim {
+        spec,
+        topo,
+        now: 0,
+        seq: 0,
+        heap: BinaryHeap::new(),
+        nic,
+        engine,
+        out: Vec::new(),
+        rfs,
+        driver,
+        flows,
+        workers,
+        exec: Exec::Idle,
+        samples: vec![Sample::default()],
+        rx_per_queue: vec![0; usize::from(queues)],
+        filter_per_queue: vec![0; usize::from(queues)],
+        packets: 0,
+        events: 0,
+    };
+    for f in 0..spec.flows {
+        if interval_ns != u64::MAX {
+            let phase = rng.random_range(0..interval_ns);
+            sim.push(phase, Ev::Packet(f));
+        }
+    }
+    if spec.pattern != Pattern::None && spec.workers > 0 {
+        for w in 0..spec.workers {
+            // arfs-echo: worker i first hops (1 + i / W) periods after the start.
+            let first = spec.period_ns + spec.period_ns * u64::from(w) / u64::from(spec.workers);
+            sim.push(first, Ev::Hop(w));
+        }
+    }
+    if spec.arfs {
+        sim.push(u64::from(sim.driver.profile.expire_interval_ms) * 1_000_000, Ev::ExpireTimer);
+    }
+    sim.push(1_000_000_000, Ev::Sample);
+    sim.run();
+    let stuck = sim.stuck();
+    Ok(Outcome {
+        rfs: sim.rfs.stats,
+        engine: sim.engine.stats(),
+        partitions: sim.nic.table().stats(),
+        rules_at_end: sim.nic.table().len(),
+        samples: sim.samples,
+        rx_per_queue: sim.rx_per_queue,
+        filter_per_queue: sim.filter_per_queue,
+        packets: sim.packets,
+        stuck,
+        events: sim.events,
+        driver: sim.driver,
+    })
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn run(&mut self) {
+        let end = self.spec.duration_ns;
+        loop {
+            let next = self.heap.peek().map(|Reverse((t, _, _))| *t);
+            // The device's own deadlines (command completions) come first when earlier.
+            if let Some(d) = self.engine.next_deadline() {
+                if next.is_none_or(|t| d <= t) && d <= end {
+                    self.now = self.now.max(d);
+                    self.engine.advance(d, &mut self.out);
+                    self.take_outputs();
+                    continue;
+                }
+            }
+            let Some(Reverse((t, _, ev))) = self.heap.pop() else { break };
+            if t > end {
+                break;
+            }
+            self.now = t;
+            self.events += 1;
+            match ev {
+                Ev::Packet(f) => self.packet(f),
+                Ev::Hop(w) => self.hop(w),
+                Ev::WqRun => self.wq_run(),
+                Ev::ExpireTimer => {
+                    self.driver.wq.push_back((Work::Expire, t));
+                    self.kick_wq();
+                }
+                Ev::CmdDone { status } => self.cmd_done(status),
+                Ev::Sample => {
+                    let c = &self.driver.ctr;
+                    self.samples.push(Sample {
+                        steer_calls: c.steer_calls,
+                        adds: c.adds_ok,
+                        mods: c.mods_ok,
+                        dels: c.dels_ok,
+                        lock_acquired: c.lock_acquired,
+                        lock_contended: c.lock_contended,
+                        lock_wait_ns: c.lock_wait_ns,
+                    });
+                    self.push(t + 1_000_000_000, Ev::Sample);
+                }
+            }
+        }
+    }
+
+    fn packet(&mut self, f: u32) {
+        let t = self.now;
+        let len = 42 + self.spec.payload;
+        let fl = &self.flows[f as usize];
+        let (key, hash) = (fl.key, fl.hash);
+        let d = self.nic.classifier().decide_key(&key, len, t);
+        let q = d.and_then(|d| d.queue).unwrap_or(0);
+        let via_filter = d.is_some_and(|d| d.filter.is_some());
+        self.packets += 1;
+        self.rx_per_queue[usize::from(q)] += 1;
+        if via_filter {
+            self.filter_per_queue[usize::from(q)] += 1;
+        }
+        let driver = &mut self.driver;
+        self.rfs.receive(self.topo, q, hash, |rxq, flow_id| driver.steer(t, f, rxq, flow_id));
+        // The worker reads it on the CPU it runs on (recvmsg records the flow).
+        if !self.workers.is_empty() {
+            let cpu = self.workers[(f % self.spec.workers) as usize].cpu;
+            self.rfs.record_sock_flow(hash, cpu);
+        }
+        let fl = &mut self.flows[f as usize];
+        fl.packets += 1;
+        fl.last_queue = q;
+        if via_filter {
+            fl.last_via_filter_ns = Some(t);
+        }
+        let next = t.saturating_add(fl.interval_ns);
+        self.push(next, Ev::Packet(f));
+        self.kick_wq();
+    }
+
+    fn hop(&mut self, w: u32) {
+        let topo = self.topo;
+        let wk = &mut self.workers[w as usize];
+        let cur = wk.cpu;
+        let g = topo.llc[usize::from(cur)] as usize;
+        let next = match self.spec.pattern {
+            Pattern::HopAcrossLlc if topo.groups.len() > 1 => {
+                let ng = &topo.groups[(g + 1) % topo.groups.len()];
+                ng[((wk.hops + u64::from(wk.id)) % ng.len() as u64) as usize]
+            }
+            Pattern::HopWithinLlc | Pattern::HopAcrossLlc => {
+                let sg = &topo.groups[topo.llc[usize::from(wk.start_cpu)] as usize];
+                let pos = sg.iter().position(|&c| c == cur).unwrap_or(0);
+                sg[(pos + 1) % sg.len()]
+            }
+            Pattern::None => cur,
+        };
+        wk.hops += 1;
+        wk.cpu = next;
+        let t = self.now + self.spec.period_ns;
+        self.push(t, Ev::Hop(w));
+    }
+
+    /// Wake the workqueue's worker when it sleeps and work is queued.
+    fn kick_wq(&mut self) {
+        if matches!(self.exec, Exec::Idle) && !self.driver.wq.is_empty() {
+            self.exec = Exec::Starting;
+            let t = self.now + self.driver.profile.wq_delay_ns;
+            self.push(t, Ev::WqRun);
+        }
+    }
+
+    fn wq_run(&mut self) {
+        let t = self.now;
+        let Some((work, queued)) = self.driver.wq.pop_front() else {
+            self.exec = Exec::Idle;
+            return;
+        };
+        match work {
+            Work::Rule(id) => {
+                let Some(r) = self.driver.rules.get_mut(&id) else { return self.next_work(t) };
+                r.pending = false;
+                let (rxq, hw, flow) = (r.rxq, r.hw, r.flow);
+                let hold = self.driver.profile.work_hold_ns;
+                let t1 = self.driver.lock(t, hold);
+                self.driver.ctr.work_runs += 1;
+                self.driver.ctr.work_delay_ns += t.saturating_sub(queued);
+                let action = Action::Queue(rxq);
+                let (cmd, add) = match hw {
+                    Hw::None => (Command::Add { id: u32::from(id), key: self.flows[flow as usize].key, action }, true),
+                    Hw::Installed => (Command::Mod { id: u32::from(id), action }, false),
+                };
+                self.exec = Exec::RuleCmd { id, add };
+                self.submit(t1, cmd);
+            }
+            Work::Expire => {
+                self.expire_then_delete(t);
+                let next = t + u64::from(self.driver.profile.expire_interval_ms.max(1)) * 1_000_000;
+                self.push(next, Ev::ExpireTimer);
+            }
+        }
+    }
+
+    /// Send a command at `t` (plus half the transport): its completion comes back as a
+    /// CmdDone event.
+    fn submit(&mut self, t: u64, cmd: Command) {
+        let at = t + self.driver.profile.transport_ns / 2;
+        // The engine's clock must not run backwards: it was advanced to deadlines only.
+        let at = at.max(self.engine.now());
+        self.engine.submit(0, cmd, at, &mut self.out);
+        self.take_outputs();
+    }
+
+    fn take_outputs(&mut self) {
+        let back = self.driver.profile.transport_ns / 2;
+        for o in std::mem::take(&mut self.out) {
+            match o {
+                Output::Completion(c) => self.push(c.finish_ns + back, Ev::CmdDone { status: c.status }),
+                Output::Event(crate::model::engine::Event::RuleAged { id, .. }) => {
+                    if let Some(r) = u16::try_from(id).ok().and_then(|id| self.driver.rules.get_mut(&id)) {
+                        r.hw = Hw::None;
+                    }
+                }
+                Output::Event(_) => {}
+            }
+        }
+    }
+
+    fn cmd_done(&mut self, status: i32) {
+        let t = self.now;
+        match std::mem::replace(&mut self.exec, Exec::Idle) {
+            Exec::RuleCmd { id, add } => {
+                let hold = self.driver.profile.work_hold_ns;
+                let t1 = self.driver.lock(t, hold);
+                let c = &mut self.driver.ctr;
+                match (status, add) {
+                    (0, true) => c.adds_ok += 1,
+                    (0, false) => c.mods_ok += 1,
+                    (_, true) => c.add_errors += 1,
+                    (_, false) => c.mod_errors += 1,
+                }
+                if let Some(r) = self.driver.rules.get_mut(&id) {
+                    r.busy = r.pending;
+                    if status == 0 {
+                        r.hw = Hw::Installed;
+                    } else if !add && status == libc::ENOENT {
+                        r.hw = Hw::None;
+                    }
+                }
+                self.expire_then_delete(t1);
+            }
+            Exec::Dels { left, .. } => {
+                if status == 0 {
+                    self.driver.ctr.dels_ok += 1;
+                } else {
+                    self.driver.ctr.del_errors += 1;
+                }
+                self.delete_next(t, left);
+            }
+            Exec::Idle | Exec::Starting => {}
+        }
+    }
+
+    /// `arfs_may_expire_flow()`: scan, then delete the device filters of the rules that
+    /// went, one command at a time.
+    fn expire_then_delete(&mut self, t: u64) {
+        let rfs = &self.rfs;
+        let (gone, t1) = self.driver.expire(t, |r| rfs.may_expire(r.rxq, r.flow_id, r.filter_id));
+        let left = gone.into_iter().map(|r| (r.filter_id, r.hw)).collect();
+        self.delete_next(t1, left);
+    }
+
+    fn delete_next(&mut self, t: u64, mut left: Vec<(u16, Hw)>) {
+        while let Some((id, hw)) = left.pop() {
+            if hw != Hw::None {
+                self.exec = Exec::Dels { left };
+                self.submit(t, Command::Del { id: u32::from(id) });
+                return;
+            }
+        }
+        self.next_work(t);
+    }
+
+    /// The worker goes on with the next item at `t` without sleeping, or sleeps.
+    fn next_work(&mut self, t: u64) {
+        self.exec = Exec::Idle;
+        if !self.driver.wq.is_empty() {
+            self.exec = Exec::Starting;
+            self.push(t.max(self.now), Ev::WqRun);
+        }
+    }
+
+    /// `flows_stuck_without_filter` as docs/measuring.md defines it.
+    fn stuck(&self) -> u64 {
+        if !self.spec.arfs {
+            return 0;
+        }
+        let end = self.spec.duration_ns;
+        let table = self.nic.table();
+        self.flows
+            .iter()
+            .enumerate()
+            .filter(|(i, f)| {
+                let app_cpu = match self.workers.get((*i as u32 % self.spec.workers.max(1)) as usize) {
+                    Some(w) => w.cpu,
+                    None => return false,
+                };
+                let irq = self.topo.irq_cpu[usize::from(f.last_queue)];
+                f.packets > 0
+                    && table.peek(&f.key).is_none()
+                    && f.last_via_filter_ns.is_none_or(|t| end.saturating_sub(t) >= 2_000_000_000)
+                    && !self.topo.share_cache(app_cpu, irq)
+            })
+            .count() as u64
+    }
+}

@@ -1,0 +1,167 @@
+//! Model mode (`arfsnic model`, src/twin/): the twin against the committed VM runs (the
+//! fidelity table of docs/model.md), its report read by the VM tools, and the scenarios it
+//! must refuse.
+
+use arfsnic::runner::scenario::Scenario;
+use arfsnic::twin::driver::TwinProfile;
+use arfsnic::twin::{fidelity, load_twin_profile, run_scenario, run_specs, topology, Options};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn scenario(name: &str) -> Scenario {
+    Scenario::load(&root().join("configs/scenarios").join(format!("{name}.toml"))).unwrap()
+}
+
+/// The VM reports model mode is held to: VM runs that carry their boot's rule table, so
+/// the twin replays which flows shared an `rps_dev_flow` slot.
+fn fidelity_reports() -> Vec<PathBuf> {
+    let dir = root().join("docs/results/fidelity");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_twin_agrees_with_the_committed_vm_runs() {
+    let reports = fidelity_reports();
+    assert!(reports.len() >= 4, "committed VM reports: {reports:?}");
+    let twin = load_twin_profile("tcg", &root()).unwrap();
+    let (cells, skipped) = fidelity::compare(&root(), &reports, 8, twin).unwrap();
+    let table = fidelity::markdown(&cells, &skipped, 8);
+    println!("{table}");
+    assert!(skipped.is_empty(), "{table}");
+    // Every committed run was compared, each with its slots replayed.
+    for c in &cells {
+        assert!(c.replayed.iter().all(|&n| n > 0), "{}/{}/{}: no slots replayed", c.scenario, c.kernel, c.label);
+    }
+    let bad: Vec<String> = cells
+        .iter()
+        .filter(|c| !c.ok())
+        .map(|c| {
+            format!(
+                "{} {} {} {}: VM {:.1} model {:.1} (±{:.1})",
+                c.scenario,
+                c.kernel,
+                c.label,
+                c.metric,
+                c.vm_mean(),
+                c.model_mean(),
+                c.tolerance()
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "disagreements:\n{}\n{table}", bad.join("\n"));
+    // The cells cover both kernels, both scenarios of the demo and both sysctl values.
+    for want in ["patched-6.12", "patched-7.3"] {
+        assert!(cells.iter().any(|c| c.kernel == want), "no {want} cell");
+    }
+    for want in ["llc-within", "llc-across"] {
+        assert!(cells.iter().any(|c| c.scenario == want), "no {want} cell");
+    }
+}
+
+#[test]
+fn the_llc_skip_removes_the_steers_within_an_llc_and_not_across() {
+    let rates = |name: &str| {
+        let r = run_scenario(&scenario(name), &root(), &root().join("configs/scenarios"), &Options::default()).unwrap();
+        assert_eq!(r.mode.as_deref(), Some("model"));
+        r.runs.iter().map(|run| run.driver().unwrap().steer_calls_per_s.unwrap()).collect::<Vec<f64>>()
+    };
+    let within = rates("llc-within");
+    let across = rates("llc-across");
+    // 4 workers hop 5 times a second, 16 flows each: 320 moves a second.
+    assert!(within[0] > 250.0 && within[1] == 0.0, "llc-within: {within:?}");
+    assert!(across[0] > 250.0 && across[1] > 250.0, "llc-across: {across:?}");
+}
+
+#[test]
+fn the_report_is_read_by_results_and_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.json");
+    let bin = env!("CARGO_BIN_EXE_arfsnic");
+    let o = Command::new(bin)
+        .args(["model", "--scenario", "llc-within", "--json"])
+        .arg(&out)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("llc-within") && table.contains("Steer-C/s"), "{table}");
+    let o = Command::new(bin).arg("results").arg(&out).current_dir(root()).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("llc-within"), "{o:?}");
+    // compare against itself: no regression.
+    let o = Command::new(bin)
+        .args(["compare", "--baseline"])
+        .arg(&out)
+        .arg("--report")
+        .arg(&out)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+}
+
+fn err_of(s: &Scenario) -> String {
+    match topology(s).and_then(|_| run_specs(s, 1)) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn scenarios_the_twin_cannot_run_are_refused_naming_the_field() {
+    let mut s = scenario("llc-within");
+    s.nic.queues = 8;
+    assert!(err_of(&s).starts_with("nic.queues: 8 queues on 4 CPUs"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.guest.pattern = "scheduler".into();
+    assert!(err_of(&s).starts_with("guest.pattern:"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.sysctls.insert("net.core.netdev_max_backlog".into(), "1000".into());
+    assert!(err_of(&s).contains("net.core.netdev_max_backlog is not modelled"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.kernel = "debian-7.3".into();
+    assert!(err_of(&s).contains("exists only in patched kernels"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.kernel = "debian-6.1".into();
+    assert!(err_of(&s).starts_with("runs[0].kernel:"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.guest.rmmod_at_s = Some(3.0);
+    assert!(err_of(&s).starts_with("guest.rmmod_at_s:"), "{}", err_of(&s));
+
+    let mut s = scenario("llc-within");
+    s.vm.l3_per = Some("cluster".into());
+    assert!(err_of(&s).starts_with("vm.l3_per:"), "{}", err_of(&s));
+}
+
+#[test]
+fn twin_profiles_are_checked_and_shipped_ones_load() {
+    for name in ["tcg", "native"] {
+        load_twin_profile(name, &root()).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.toml");
+    let bad = toml::to_string(&TwinProfile { expire_quota: 0, ..TwinProfile::default() }).unwrap();
+    std::fs::write(&p, bad).unwrap();
+    let e = load_twin_profile(p.to_str().unwrap(), Path::new("/")).unwrap_err().to_string();
+    assert!(e.contains("expire_quota"), "{e}");
+    std::fs::write(&p, "steer_hold_ns = 1\n").unwrap();
+    let e = format!("{:#}", load_twin_profile(p.to_str().unwrap(), Path::new("/")).unwrap_err());
+    assert!(e.contains("missing field"), "{e}");
+    let e = load_twin_profile("nonesuch", &root()).unwrap_err().to_string();
+    assert!(e.contains("configs/twin/nonesuch.toml not found"), "{e}");
+}
