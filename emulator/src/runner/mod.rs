@@ -253,6 +253,12 @@ fn kvm_works_cached(root: &Path, qemu_bin: &Path, kernel: &Path) -> bool {
 pub fn run_scenario(path: &Path, opts: &RunOptions) -> anyhow::Result<Report> {
     let root = env::repo_root()?;
     let mut scenario = Scenario::load(path)?;
+    if scenario.model_only {
+        bail!(
+            "{}: model_only = true: run it with `arfsnic model --scenario` (no VM here has its size)",
+            path.display()
+        );
+    }
     if let Some(k) = &opts.kernel {
         scenario.kernel = k.clone();
     }

@@ -40,7 +40,15 @@ pub struct Scenario {
     pub sysctls: BTreeMap<String, String>,
     #[serde(default)]
     pub runs: Vec<Run>,
+    /// A scenario only model mode runs (`arfsnic model`, docs/model.md): sizes no VM
+    /// here reaches (up to 4096 CPUs and workers); `arfsnic run` refuses it.
+    #[serde(default)]
+    pub model_only: bool,
 }
+
+/// Largest guest a VM scenario may ask for, and a model-only one.
+pub const MAX_VM_CPUS: u32 = 64;
+pub const MAX_MODEL_CPUS: u32 = 4096;
 
 fn d_duration() -> f64 {
     10.0
@@ -305,8 +313,10 @@ impl Scenario {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let v = &self.vm;
-        if v.vcpus == 0 || v.vcpus > 64 {
-            return Err(err("vm.vcpus", "must be between 1 and 64"));
+        let max_cpus = if self.model_only { MAX_MODEL_CPUS } else { MAX_VM_CPUS };
+        if v.vcpus == 0 || v.vcpus > max_cpus {
+            let hint = if self.model_only { "" } else { " (model_only = true: up to 4096, model mode only)" };
+            return Err(err("vm.vcpus", format!("must be between 1 and {max_cpus}{hint}")));
         }
         if v.sockets * v.dies * v.cores * v.threads != v.vcpus {
             return Err(err(
@@ -411,8 +421,9 @@ impl Scenario {
         if !(self.warmup_s >= 0.0 && self.warmup_s <= self.duration_s - 1.0) {
             return Err(err("warmup_s", "must be >= 0 and leave at least 1 s of duration_s"));
         }
-        if self.guest.workers == 0 || self.guest.workers > 256 {
-            return Err(err("guest.workers", "must be between 1 and 256"));
+        let max_workers = if self.model_only { MAX_MODEL_CPUS } else { 256 };
+        if self.guest.workers == 0 || self.guest.workers > max_workers {
+            return Err(err("guest.workers", format!("must be between 1 and {max_workers}")));
         }
         if self.guest.rmmod_at_s.is_some_and(|t| !(t >= 0.0 && t < self.duration_s)) {
             return Err(err("guest.rmmod_at_s", "must be >= 0 and shorter than duration_s"));
