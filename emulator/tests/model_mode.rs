@@ -38,9 +38,12 @@ fn the_twin_agrees_with_the_committed_vm_runs() {
     let table = fidelity::markdown(&cells, &skipped, 8);
     println!("{table}");
     assert!(skipped.is_empty(), "{table}");
-    // Every committed run was compared, each with its slots replayed.
+    // Every committed scenario was compared with its boots' slots replayed (a run whose
+    // flows never got a rule, as stale-filter's EPERM window leaves them at sysctl 1, has
+    // none to replay).
     for c in &cells {
-        assert!(c.replayed.iter().all(|&n| n > 0), "{}/{}/{}: no slots replayed", c.scenario, c.kernel, c.label);
+        let replayed = cells.iter().filter(|x| x.scenario == c.scenario).any(|x| x.replayed.iter().any(|&n| n > 0));
+        assert!(replayed, "{}: no slots replayed in any run", c.scenario);
     }
     let bad: Vec<String> = cells
         .iter()
@@ -164,4 +167,40 @@ fn twin_profiles_are_checked_and_shipped_ones_load() {
     assert!(e.contains("missing field"), "{e}");
     let e = load_twin_profile("nonesuch", &root()).unwrap_err().to_string();
     assert!(e.contains("configs/twin/nonesuch.toml not found"), "{e}");
+}
+
+#[test]
+fn model_only_scenarios_run_in_the_twin_and_are_refused_by_run() {
+    let s = scenario("seed-testbed");
+    assert!(s.model_only && s.vm.vcpus == 256);
+    let topo = topology(&s).unwrap();
+    assert_eq!(topo.groups.len(), 16, "an L3 per CCD of 16 CPUs");
+    let bin = env!("CARGO_BIN_EXE_arfsnic");
+    let o = Command::new(bin)
+        .args(["run", "--scenario", "configs/scenarios/seed-testbed.toml"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("model_only = true") && err.contains("arfsnic model"), "{err}");
+    // Without model_only, a VM scenario stops at 64 vCPUs and says how to go further.
+    let text = std::fs::read_to_string(root().join("configs/scenarios/seed-testbed.toml"))
+        .unwrap()
+        .replace("model_only = true", "");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.toml");
+    std::fs::write(&p, text).unwrap();
+    let e = Scenario::load(&p).unwrap_err().to_string();
+    assert!(e.contains("vm.vcpus") && e.contains("model_only = true"), "{e}");
+}
+
+#[test]
+fn work_stealing_moves_every_request_and_the_sysctl_stops_it_within_one_llc() {
+    // brpc-pod-1llc: 16 workers in one LLC stealing 512 pooled connections.
+    let r = run_scenario(&scenario("brpc-pod-1llc"), &root(), &root().join("configs/scenarios"), &Options::default())
+        .unwrap();
+    let rate = |i: usize| r.runs[i].driver().unwrap().steer_calls_per_s.unwrap();
+    // 800 requests/s, 15 of 16 read on another CPU than the one before.
+    assert!(rate(0) > 600.0, "sysctl=0: {}", rate(0));
+    assert_eq!(rate(1), 0.0);
 }

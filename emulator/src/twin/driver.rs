@@ -7,7 +7,7 @@
 //! Time is explicit: `arfs_lock` is a resource with a hold time per critical section
 //! (`TwinProfile`), so contention comes from overlapping holds, not from host threads.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The CPU cost of the driver's critical sections and its workqueue: `configs/twin/*.toml`
 /// (docs/model.md says where the values come from). Every field is required.
@@ -98,6 +98,8 @@ pub struct DriverCounters {
     pub steer_same: u64,
     pub steer_update: u64,
     pub steer_new: u64,
+    /// Refused with EPERM: the device reported its engine disabled.
+    pub steer_eperm: u64,
     pub adds_ok: u64,
     pub mods_ok: u64,
     pub dels_ok: u64,
@@ -118,27 +120,34 @@ pub struct DriverCounters {
 pub struct Driver {
     pub profile: TwinProfile,
     /// Rules by filter id, and the id of each flow's rule.
-    pub rules: HashMap<u16, Rule>,
-    by_flow: HashMap<u32, u16>,
+    /// Rules by filter id (in id order: the expiry scan's order).
+    pub rules: BTreeMap<u16, Rule>,
+    /// Per flow index, the id of its rule (`NO_RULE`: none).
+    by_flow: Vec<u16>,
     last_filter_id: u32,
     lock_free_at: u64,
     pub wq: VecDeque<(Work, u64)>,
     pub ctr: DriverCounters,
+    /// The device's last ENGINE_STATE event said disabled.
+    pub engine_disabled: bool,
 }
 
 /// `RPS_NO_FILTER`: filter ids wrap below it.
 const NO_FILTER: u32 = 0xffff;
+/// `by_flow`: a flow without a rule.
+const NO_RULE: u16 = u16::MAX;
 
 impl Driver {
     pub fn new(profile: TwinProfile) -> Driver {
         Driver {
             profile,
-            rules: HashMap::new(),
-            by_flow: HashMap::new(),
+            rules: BTreeMap::new(),
+            by_flow: Vec::new(),
             last_filter_id: 0,
             lock_free_at: 0,
             wq: VecDeque::new(),
             ctr: DriverCounters::default(),
+            engine_disabled: false,
         }
     }
 
@@ -162,15 +171,18 @@ impl Driver {
     /// `ndo_rx_flow_steer` for `flow` to `rxq`, slot `flow_id`, at `t`: the filter id.
     pub fn steer(&mut self, t: u64, flow: u32, rxq: u16, flow_id: u32) -> i32 {
         self.ctr.steer_calls += 1;
-        // The lockless same check, then the same answer under the lock.
-        if let Some(r) = self.by_flow.get(&flow).and_then(|id| self.rules.get(id)) {
-            if r.rxq == rxq || r.busy {
-                self.ctr.steer_same += 1;
-                return i32::from(r.filter_id);
-            }
+        // The lockless same check (not while the engine is disabled), then the locked path.
+        if self.engine_disabled {
+            self.lock(t, self.profile.steer_hold_ns);
+            self.ctr.steer_eperm += 1;
+            return -libc::EPERM;
+        }
+        if let Some(id) = self.rule_of(flow).filter(|r| r.rxq == rxq || r.busy).map(|r| r.filter_id) {
+            self.ctr.steer_same += 1;
+            return i32::from(id);
         }
         self.lock(t, self.profile.steer_hold_ns);
-        let id = match self.by_flow.get(&flow).copied() {
+        let id = match self.rule_of(flow).map(|r| r.filter_id) {
             Some(id) => {
                 let r = self.rules.get_mut(&id).expect("by_flow names a live rule");
                 r.rxq = rxq;
@@ -187,7 +199,11 @@ impl Driver {
                 }
                 let rule = Rule { flow, rxq, flow_id, filter_id: id, hw: Hw::None, busy: false, pending: false };
                 self.rules.insert(id, rule);
-                self.by_flow.insert(flow, id);
+                let f = flow as usize;
+                if f >= self.by_flow.len() {
+                    self.by_flow.resize(f + 1, NO_RULE);
+                }
+                self.by_flow[f] = id;
                 self.ctr.steer_new += 1;
                 self.ctr.rules_peak = self.ctr.rules_peak.max(self.rules.len() as u64);
                 id
@@ -207,21 +223,21 @@ impl Driver {
     pub fn expire(&mut self, t: u64, mut may_expire: impl FnMut(&Rule) -> bool) -> (Vec<Rule>, u64) {
         self.ctr.expire_scans += 1;
         let quota = self.profile.expire_quota as usize;
-        let mut ids: Vec<u16> = self.rules.keys().copied().collect();
-        ids.sort_unstable(); // a stable order; the module walks its hash buckets
-        let mut gone = Vec::new();
+        let mut gone_ids = Vec::new();
         let mut scanned = 0u64;
-        for id in ids {
-            if gone.len() >= quota {
+        for (id, r) in &self.rules {
+            if gone_ids.len() >= quota {
                 break;
             }
             scanned += 1;
-            let r = &self.rules[&id];
-            if r.pending || !may_expire(r) {
-                continue;
+            if !r.pending && may_expire(r) {
+                gone_ids.push(*id);
             }
+        }
+        let mut gone = Vec::with_capacity(gone_ids.len());
+        for id in gone_ids {
             let r = self.rules.remove(&id).expect("listed");
-            self.by_flow.remove(&r.flow);
+            self.by_flow[r.flow as usize] = NO_RULE;
             gone.push(r);
         }
         self.ctr.expire_scanned += scanned;
@@ -229,9 +245,12 @@ impl Driver {
         (gone, done)
     }
 
-    /// Whether `flow` has a rule with a device filter.
-    pub fn installed(&self, flow: u32) -> bool {
-        self.by_flow.get(&flow).and_then(|id| self.rules.get(id)).is_some_and(|r| r.hw == Hw::Installed)
+    /// The rule of `flow`, if it has one.
+    pub fn rule_of(&self, flow: u32) -> Option<&Rule> {
+        match self.by_flow.get(flow as usize) {
+            Some(&id) if id != NO_RULE => self.rules.get(&id),
+            _ => None,
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 use super::driver::TwinProfile;
 use super::{run_specs, sim, topology, Options};
 use crate::model::profile::Profile;
-use crate::report::schema::{Report, RunReport};
+use crate::report::schema::{Report, RunReport, Verdict};
 use crate::runner::scenario::Scenario;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -21,12 +21,26 @@ pub struct Metric {
     pub read: fn(&RunReport) -> Option<f64>,
 }
 
-pub const METRICS: [Metric; 4] = [
+/// The `Steer-C/s` cell of a VM run whose *same* answers exceed this share of its steer
+/// calls is not held to the twin (see [`Cell::exempt`]).
+pub const SAME_PCT_EXEMPT: f64 = 5.0;
+
+pub const METRICS: [Metric; 5] = [
     Metric { name: "Steer-C/s", read: |r| r.driver().and_then(|d| d.steer_calls_per_s) },
+    Metric {
+        name: "Steer-C/s w/o same",
+        read: |r| Some(r.driver()?.steer_calls_per_s? * (1.0 - same_pct(r)? / 100.0)),
+    },
     Metric { name: "Add/s", read: |r| r.driver().and_then(|d| d.adds_per_s) },
     Metric { name: "Del/s", read: |r| r.driver().and_then(|d| d.dels_per_s) },
     Metric { name: "stuck", read: |r| r.flows_stuck_without_filter.map(|n| n as f64) },
 ];
+
+/// The *same* answers' share (%) of a run's steer calls over the rates' window; `None` in
+/// reports made before that figure existed (their whole-run share mixes in the warm-up).
+pub fn same_pct(r: &RunReport) -> Option<f64> {
+    r.driver()?.steer_same_pct_window
+}
 
 /// One metric of one (scenario, kernel, run label).
 #[derive(Clone, Debug)]
@@ -42,6 +56,8 @@ pub struct Cell {
     /// Per VM report: flows whose `rps_dev_flow` slot the twin replayed from it.
     pub replayed: Vec<usize>,
     pub flows: u32,
+    /// The highest *same* share (%) of the VM runs' steer calls.
+    pub vm_same_pct: f64,
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -67,8 +83,18 @@ impl Cell {
         }
     }
 
+    /// Not held to the twin: `Steer-C/s` of VM runs where more than
+    /// [`SAME_PCT_EXEMPT`] % of the calls were *same* answers. 6.12 calls
+    /// `ndo_rx_flow_steer` again for every packet that still arrives on the old queue
+    /// while the move is queued; how many depends on the tail of a loaded TCG guest's
+    /// workqueue delays, which the twin does not model (it takes their mean). The
+    /// `Steer-C/s w/o same` cell of the same run is held.
+    pub fn exempt(&self) -> bool {
+        self.metric == "Steer-C/s" && self.vm_same_pct > SAME_PCT_EXEMPT && self.vm_mean() >= 30.0
+    }
+
     pub fn ok(&self) -> bool {
-        (self.model_mean() - self.vm_mean()).abs() <= self.tolerance()
+        self.exempt() || (self.model_mean() - self.vm_mean()).abs() <= self.tolerance()
     }
 }
 
@@ -146,11 +172,22 @@ pub fn compare(
         };
         for run in &r.runs {
             let kernel = run.kernel.clone().unwrap_or_else(|| r.kernel.clone());
-            let Some(srun) = scenario.runs().into_iter().find(|x| x.label == run.label) else {
-                skipped.push(Skipped {
-                    source: format!("{src} {}", run.label),
-                    reason: "no run of that label in the scenario file".into(),
-                });
+            if let Some(h) = run.health.as_ref().filter(|h| h.verdict != Verdict::Ok) {
+                let why = format!("run health {}: not a measurement ({})", h.verdict.as_str(), h.reasons.join("; "));
+                skipped.push(Skipped { source: format!("{src} {}", run.label), reason: why });
+                continue;
+            }
+            // The scenario's run of that label, or (runs repeated under other labels, as
+            // the interleaved CI rounds) the one with the same sysctls and rps_flow_cnt.
+            let runs = scenario.runs();
+            let same = |x: &&crate::runner::scenario::Run| {
+                scenario.sysctls_for(x) == run.sysctls
+                    && run.rps_flow_cnt.is_none_or(|n| n == scenario.rps_flow_cnt_for(x))
+                    && scenario.kernel_for(x) == kernel
+            };
+            let Some(srun) = runs.iter().find(|x| x.label == run.label).or_else(|| runs.iter().find(same)) else {
+                let reason = "no run of that label or setting in the scenario file".into();
+                skipped.push(Skipped { source: format!("{src} {}", run.label), reason });
                 continue;
             };
             if let Some(why) = workload_differs(run, &scenario) {
@@ -167,6 +204,15 @@ pub fn compare(
             if let Some(o) = &run.offered_load {
                 s.traffic.rate_pps = u32::try_from(o.chosen_pps).unwrap_or(u32::MAX);
             }
+            // The guest's speed is an input, not an output: the workqueue delay the VM
+            // run measured (queue_work() to the work running, mean over the run) — a
+            // loaded TCG guest runs its works milliseconds late, and 6.12 then calls
+            // ndo_rx_flow_steer again for every packet still arriving on the old queue.
+            let twin = match run.driver().map(|d| (d.counters.get("work_delay_ns_total"), d.counters.get("work_runs")))
+            {
+                Some((Some(&total), Some(&runs))) if runs > 0 => TwinProfile { wq_delay_ns: total / runs, ..twin },
+                _ => twin,
+            };
             let slots = vm_slots(run, s.traffic.flows);
             let replayed = slots.iter().filter(|x| x.is_some()).count();
             let model = match model_runs(root, &s, seeds, twin, &slots) {
@@ -181,17 +227,20 @@ pub fn compare(
             };
             for (i, m) in METRICS.iter().enumerate() {
                 let Some(v) = (m.read)(run) else { continue };
-                let key = (r.scenario.clone(), kernel.clone(), run.label.clone(), i);
+                // Grouped by the scenario's run: repeated rounds of one run are one cell.
+                let key = (r.scenario.clone(), kernel.clone(), srun.label.clone(), i);
                 let cell = cells.entry(key).or_insert_with(|| Cell {
                     scenario: r.scenario.clone(),
                     kernel: kernel.clone(),
-                    label: run.label.clone(),
+                    label: srun.label.clone(),
                     metric: m.name,
                     vm: Vec::new(),
                     model: Vec::new(),
                     replayed: Vec::new(),
                     flows: s.traffic.flows,
+                    vm_same_pct: 0.0,
                 });
+                cell.vm_same_pct = cell.vm_same_pct.max(same_pct(run).unwrap_or(0.0));
                 cell.vm.push(v);
                 cell.model.extend(model.iter().filter_map(|x| (m.read)(x)));
                 cell.replayed.push(replayed);
@@ -249,7 +298,11 @@ pub fn markdown(cells: &[Cell], skipped: &[Skipped], seeds: u32) -> String {
             lo,
             hi,
             c.tolerance(),
-            if c.ok() { "yes" } else { "**no**" }
+            match (c.exempt(), c.ok()) {
+                (true, _) => format!("not held: VM same {:.0} %", c.vm_same_pct),
+                (false, true) => "yes".into(),
+                (false, false) => "**no**".into(),
+            }
         ));
     }
     for s in skipped {

@@ -21,7 +21,7 @@ use crate::report::schema::{DeviceReport, DriverReport, GuestReport, PerSecond, 
 use crate::runner::scenario::{LoopMode, Scenario};
 use driver::{Driver, TwinProfile};
 use rfs::KernelRfs;
-use sim::{Pattern, RunSpec, Sample};
+use sim::{Pattern, Proto, RunSpec, Sample};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -97,17 +97,26 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
     if t.mode != LoopMode::Open {
         return Err(TwinError::field("traffic.mode", "closed loop is not modelled yet (open only)"));
     }
-    if t.pattern != "rr" || g.proto != "udp" {
-        return Err(TwinError::field("guest.proto", "TCP and crr/stream traffic are not modelled yet (UDP rr only)"));
+    if t.pattern != "rr" {
+        return Err(TwinError::field(
+            "traffic.pattern",
+            format!("{:?} is not modelled yet (rr: UDP flows or pooled TCP connections)", t.pattern),
+        ));
     }
+    let proto = match g.proto.as_str() {
+        "udp" => Proto::Udp,
+        "tcp" => Proto::Tcp,
+        p => return Err(TwinError::field("guest.proto", format!("{p:?} is not udp or tcp"))),
+    };
     let pattern = match g.pattern.as_str() {
         "none" => Pattern::None,
         "hop-within-llc" => Pattern::HopWithinLlc,
         "hop-across-llc" => Pattern::HopAcrossLlc,
+        "work-stealing" => Pattern::WorkStealing,
         p => {
             return Err(TwinError::field(
                 "guest.pattern",
-                format!("{p:?} is not modelled yet (none, hop-within-llc, hop-across-llc)"),
+                format!("{p:?} is not modelled yet (none, hop-within-llc, hop-across-llc, work-stealing)"),
             ))
         }
     };
@@ -165,6 +174,7 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
             run.label.clone(),
             sysctls,
             RunSpec {
+                proto,
                 kernel,
                 llc_skip,
                 arfs: g.module,
@@ -260,6 +270,7 @@ pub(crate) fn run_report(
     };
     let errs = |n: u64| if n > 0 { BTreeMap::from([("error".to_string(), n)]) } else { BTreeMap::new() };
     let mut counters = BTreeMap::new();
+    counters.insert("steer_eperm".into(), c.steer_eperm);
     counters.insert("rfs_set_rps_cpu".into(), o.rfs.set_rps_cpu);
     counters.insert("rfs_llc_skipped".into(), o.rfs.llc_skipped);
     counters.insert("rfs_same_queue".into(), o.rfs.same_queue);
@@ -275,6 +286,10 @@ pub(crate) fn run_report(
         dels_per_s: rate(a.dels, b.dels, window),
         lock_contended_pct_window: contended_pct(&a, &b),
         lock_wait_us_per_s: rate(a.lock_wait_ns, b.lock_wait_ns, window).map(|x| x / 1000.0),
+        steer_same_pct_window: {
+            let calls = b.steer_calls - a.steer_calls;
+            (calls > 0).then(|| 100.0 * (b.steer_same - a.steer_same) as f64 / calls as f64)
+        },
         work_delay_ms_mean_window: None,
         rates_window_s: Some(window),
         rates_from_s: Some(from as f64),

@@ -25,11 +25,28 @@ pub enum Pattern {
     HopWithinLlc,
     /// Every `period`, to a CPU of the next LLC group, rotating inside it.
     HopAcrossLlc,
+    /// Pinned workers sharing one epoll set of one-shot flow sockets (brpc-like): each
+    /// request is read by one of the idle workers. epoll wakes the one that waited
+    /// longest, and the order the workers went back to waiting is shuffled by their
+    /// service times; with requests processed at once every worker is idle, and the twin
+    /// draws the reader uniformly (a strict rotation would lock each flow to one worker
+    /// whenever the flow count is a multiple of the worker count).
+    WorkStealing,
+}
+
+/// The protocol of the flows (the device hashes their 4-tuples).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// A connected UDP socket per flow, partner port `base + i` to guest port `base + i`.
+    Udp,
+    /// Pooled TCP connections to one listening port, partner port `base + i`.
+    Tcp,
 }
 
 /// One run's setting, taken from a scenario and its run.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
+    pub proto: Proto,
     pub kernel: KernelRfs,
     pub llc_skip: bool,
     pub arfs: bool,
@@ -53,6 +70,7 @@ pub struct RunSpec {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
     pub steer_calls: u64,
+    pub steer_same: u64,
     pub adds: u64,
     pub mods: u64,
     pub dels: u64,
@@ -80,10 +98,14 @@ pub struct Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Packet(u32),
+    /// The link partner's pure ACK of an answer (TCP).
+    Ack(u32),
     Hop(u32),
     WqRun,
     ExpireTimer,
-    CmdDone { status: i32 },
+    CmdDone {
+        status: i32,
+    },
     Sample,
 }
 
@@ -93,6 +115,8 @@ struct FlowState {
     interval_ns: u64,
     packets: u64,
     last_queue: u16,
+    /// The CPU of the thread that read its last request.
+    app_cpu: u16,
     /// When the flow's packets last went through a filter (None: never).
     last_via_filter_ns: Option<u64>,
 }
@@ -131,6 +155,8 @@ struct Sim<'a> {
     driver: Driver,
     flows: Vec<FlowState>,
     workers: Vec<Worker>,
+    /// Work stealing: who reads the next request.
+    rng: ChaCha8Rng,
     exec: Exec,
     samples: Vec<Sample>,
     rx_per_queue: Vec<u64>,
@@ -139,18 +165,21 @@ struct Sim<'a> {
     events: u64,
 }
 
+/// The link partner's delayed ACK (smoltcp's default): a pooled connection's answer is
+/// acknowledged by a pure ACK this long after it, as no request follows sooner.
+pub const TCP_ACK_DELAY_NS: u64 = 10_000_000;
+
 /// The flow key of flow `i` as a VM run's link partner sends it: partner
-/// `PARTNER_IP:PARTNER_BASE_PORT + i` to guest `GUEST_IP:GUEST_BASE_PORT + i`, so the
-/// device's RSS puts each flow on the queue it gets in the VM.
-pub fn flow_key(i: u32) -> FlowKey {
+/// `PARTNER_IP:PARTNER_BASE_PORT + i` to guest `GUEST_IP:GUEST_BASE_PORT + i` (UDP) or to
+/// the one listening port `GUEST_IP:GUEST_BASE_PORT` (TCP), so the device's RSS puts each
+/// flow on the queue it gets in the VM.
+pub fn flow_key(proto: Proto, i: u32) -> FlowKey {
     use crate::runner::{GUEST_BASE_PORT, GUEST_IP, PARTNER_BASE_PORT, PARTNER_IP};
-    FlowKey::v4(
-        L4Proto::Udp,
-        PARTNER_IP.octets(),
-        PARTNER_BASE_PORT.wrapping_add(i as u16),
-        GUEST_IP.octets(),
-        GUEST_BASE_PORT.wrapping_add(i as u16),
-    )
+    let (l4, dport) = match proto {
+        Proto::Udp => (L4Proto::Udp, GUEST_BASE_PORT.wrapping_add(i as u16)),
+        Proto::Tcp => (L4Proto::Tcp, GUEST_BASE_PORT),
+    };
+    FlowKey::v4(l4, PARTNER_IP.octets(), PARTNER_BASE_PORT.wrapping_add(i as u16), GUEST_IP.octets(), dport)
 }
 
 /// Run one scenario run to its end.
@@ -169,7 +198,7 @@ pub fn simulate(
     let log = (spec.flow_cnt > 0).then(|| spec.flow_cnt.trailing_zeros() as u8);
     let flows: Vec<FlowState> = (0..spec.flows)
         .map(|i| FlowState {
-            key: flow_key(i),
+            key: flow_key(spec.proto, i),
             // The guest's skb hash is the kernel's software flow hash, keyed per boot:
             // random per run here (0 means "no hash" to RFS), or in the slot a VM boot put
             // the flow in.
@@ -180,6 +209,7 @@ pub fn simulate(
             interval_ns,
             packets: 0,
             last_queue: 0,
+            app_cpu: 0,
             last_via_filter_ns: None,
         })
         .collect();
@@ -204,6 +234,7 @@ pub fn simulate(
         driver,
         flows,
         workers,
+        rng: ChaCha8Rng::seed_from_u64(spec.seed ^ 0x5eed_57ea),
         exec: Exec::Idle,
         samples: vec![Sample::default()],
         rx_per_queue: vec![0; usize::from(queues)],
@@ -217,7 +248,7 @@ pub fn simulate(
             sim.push(phase, Ev::Packet(f));
         }
     }
-    if spec.pattern != Pattern::None && spec.workers > 0 {
+    if matches!(spec.pattern, Pattern::HopWithinLlc | Pattern::HopAcrossLlc) && spec.workers > 0 {
         for w in 0..spec.workers {
             // arfs-echo: worker i first hops (1 + i / W) periods after the start.
             let first = spec.period_ns + spec.period_ns * u64::from(w) / u64::from(spec.workers);
@@ -228,6 +259,10 @@ pub fn simulate(
         sim.push(u64::from(sim.driver.profile.expire_interval_ms) * 1_000_000, Ev::ExpireTimer);
     }
     sim.push(1_000_000_000, Ev::Sample);
+    // The profile's fault schedule (an EPERM window, say) starts with the traffic, as
+    // the runner arms it.
+    sim.engine.arm_schedule(0, &mut sim.out);
+    sim.take_outputs();
     sim.run();
     let stuck = sim.stuck();
     Ok(Outcome {
@@ -272,6 +307,10 @@ impl Sim<'_> {
             self.events += 1;
             match ev {
                 Ev::Packet(f) => self.packet(f),
+                Ev::Ack(f) => {
+                    self.rx(f, 54);
+                    self.kick_wq();
+                }
                 Ev::Hop(w) => self.hop(w),
                 Ev::WqRun => self.wq_run(),
                 Ev::ExpireTimer => {
@@ -283,6 +322,7 @@ impl Sim<'_> {
                     let c = &self.driver.ctr;
                     self.samples.push(Sample {
                         steer_calls: c.steer_calls,
+                        steer_same: c.steer_same,
                         adds: c.adds_ok,
                         mods: c.mods_ok,
                         dels: c.dels_ok,
@@ -296,9 +336,35 @@ impl Sim<'_> {
         }
     }
 
+    /// A request of flow `f`: received, read by a worker, answered; the next request is
+    /// due one interval later and, over TCP, the partner's ACK of the answer
+    /// `TCP_ACK_DELAY_NS` later.
     fn packet(&mut self, f: u32) {
         let t = self.now;
-        let len = 42 + self.spec.payload;
+        let hash = self.rx(f, 42 + self.spec.payload);
+        // A worker reads it on the CPU it runs on (recvmsg records the flow): the flow's
+        // own worker, or under work stealing one of the idle ones.
+        let w = match self.spec.pattern {
+            Pattern::WorkStealing => (self.spec.workers > 0).then(|| self.rng.random_range(0..self.spec.workers)),
+            _ => (!self.workers.is_empty()).then(|| f % self.spec.workers),
+        };
+        let fl = &mut self.flows[f as usize];
+        if let Some(w) = w {
+            let cpu = self.workers[w as usize].cpu;
+            self.rfs.record_sock_flow(hash, cpu);
+            fl.app_cpu = cpu;
+        }
+        let next = t.saturating_add(fl.interval_ns);
+        self.push(next, Ev::Packet(f));
+        if self.spec.proto == Proto::Tcp {
+            self.push(t + TCP_ACK_DELAY_NS, Ev::Ack(f));
+        }
+        self.kick_wq();
+    }
+
+    /// One packet of flow `f` through the device and `get_rps_cpu()`; returns its hash.
+    fn rx(&mut self, f: u32, len: usize) -> u32 {
+        let t = self.now;
         let fl = &self.flows[f as usize];
         let (key, hash) = (fl.key, fl.hash);
         let d = self.nic.classifier().decide_key(&key, len, t);
@@ -311,20 +377,13 @@ impl Sim<'_> {
         }
         let driver = &mut self.driver;
         self.rfs.receive(self.topo, q, hash, |rxq, flow_id| driver.steer(t, f, rxq, flow_id));
-        // The worker reads it on the CPU it runs on (recvmsg records the flow).
-        if !self.workers.is_empty() {
-            let cpu = self.workers[(f % self.spec.workers) as usize].cpu;
-            self.rfs.record_sock_flow(hash, cpu);
-        }
         let fl = &mut self.flows[f as usize];
         fl.packets += 1;
         fl.last_queue = q;
         if via_filter {
             fl.last_via_filter_ns = Some(t);
         }
-        let next = t.saturating_add(fl.interval_ns);
-        self.push(next, Ev::Packet(f));
-        self.kick_wq();
+        hash
     }
 
     fn hop(&mut self, w: u32) {
@@ -342,7 +401,7 @@ impl Sim<'_> {
                 let pos = sg.iter().position(|&c| c == cur).unwrap_or(0);
                 sg[(pos + 1) % sg.len()]
             }
-            Pattern::None => cur,
+            Pattern::None | Pattern::WorkStealing => cur,
         };
         wk.hops += 1;
         wk.cpu = next;
@@ -409,6 +468,10 @@ impl Sim<'_> {
                     if let Some(r) = u16::try_from(id).ok().and_then(|id| self.driver.rules.get_mut(&id)) {
                         r.hw = Hw::None;
                     }
+                }
+                // ENGINE_STATE: the module refuses steers while the engine is disabled.
+                Output::Event(crate::model::engine::Event::EngineState { disabled, .. }) => {
+                    self.driver.engine_disabled = disabled;
                 }
                 Output::Event(_) => {}
             }
@@ -489,11 +552,8 @@ impl Sim<'_> {
         self.flows
             .iter()
             .enumerate()
-            .filter(|(i, f)| {
-                let app_cpu = match self.workers.get((*i as u32 % self.spec.workers.max(1)) as usize) {
-                    Some(w) => w.cpu,
-                    None => return false,
-                };
+            .filter(|(_, f)| {
+                let app_cpu = f.app_cpu;
                 let irq = self.topo.irq_cpu[usize::from(f.last_queue)];
                 f.packets > 0
                     && table.peek(&f.key).is_none()
