@@ -13,7 +13,7 @@ mod common;
 
 use arfsnic::report::schema::Verdict;
 use arfsnic::report::sweep;
-use common::{root, run_scenario};
+use common::{assert_twin_agrees, root, run_scenario};
 
 /// A size may show up to this much more Steer-C than the one before it and still count
 /// as non-increasing: three sweeps spread by 14-19 % at the two close sizes, 4096 and
@@ -43,4 +43,6 @@ fn rps_flow_cnt_sweep_reproduces_krishnas_shape() {
     assert!(invalid.is_empty(), "invalid runs: {invalid:?}");
     let f = s.shape_failures(SPREAD);
     assert!(f.is_empty(), "the sweep does not have Krishna's shape:\n  {}", f.join("\n  "));
+    // Model mode reproduces the sweep run by run, its boots' slots replayed.
+    assert_twin_agrees(&r, "rps-flow-cnt-sweep");
 }

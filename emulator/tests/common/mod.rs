@@ -79,3 +79,37 @@ pub fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("running `ip` (iproute2 must be installed)");
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
+
+/// Model mode against a fresh VM report (docs/model.md, "Fidelity"): the twin replays
+/// each healthy run's boot slots from its rule dump, and every Steer-C/s, Add/s, Del/s and
+/// stuck-flow cell must agree within its tolerance. `scenario` names the file of
+/// configs/scenarios/ the report was run from (the report may carry another name).
+pub fn assert_twin_agrees(r: &Report, scenario: &str) {
+    use arfsnic::twin::{fidelity, load_twin_profile};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vm.json");
+    let mut r = r.clone();
+    r.scenario = scenario.to_string();
+    std::fs::write(&path, r.to_json_pretty()).unwrap();
+    let twin = load_twin_profile("tcg", &root()).unwrap();
+    let (cells, skipped) = fidelity::compare(&root(), &[path], 8, twin).unwrap();
+    let table = fidelity::markdown(&cells, &skipped, 8);
+    println!("model mode against this run:\n{table}");
+    assert!(!cells.is_empty(), "no run of the report compared:\n{table}");
+    let bad: Vec<String> = cells
+        .iter()
+        .filter(|c| !c.ok())
+        .map(|c| {
+            format!(
+                "{} {} {}: VM {:.1}, twin {:.1} ± {:.1}",
+                c.kernel,
+                c.label,
+                c.metric,
+                c.vm_mean(),
+                c.model_mean(),
+                c.tolerance()
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "the twin disagrees with the VM:\n  {}\n{table}", bad.join("\n  "));
+}
