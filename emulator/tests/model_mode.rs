@@ -16,22 +16,10 @@ fn scenario(name: &str) -> Scenario {
     Scenario::load(&root().join("configs/scenarios").join(format!("{name}.toml"))).unwrap()
 }
 
-/// The VM reports model mode is held to: VM runs that carry their boot's rule table, so
-/// the twin replays which flows shared an `rps_dev_flow` slot.
-fn fidelity_reports() -> Vec<PathBuf> {
-    let dir = root().join("docs/results/fidelity");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn the_twin_agrees_with_the_committed_vm_runs() {
-    let reports = fidelity_reports();
+    // The committed VM runs that carry their boots' rule tables (docs/results/fidelity/).
+    let reports = arfsnic::cli::model::default_fidelity_reports(&root());
     assert!(reports.len() >= 4, "committed VM reports: {reports:?}");
     let twin = load_twin_profile("tcg", &root()).unwrap();
     let (cells, skipped) = fidelity::compare(&root(), &reports, 8, twin).unwrap();
@@ -45,22 +33,7 @@ fn the_twin_agrees_with_the_committed_vm_runs() {
         let replayed = cells.iter().filter(|x| x.scenario == c.scenario).any(|x| x.replayed.iter().any(|&n| n > 0));
         assert!(replayed, "{}: no slots replayed in any run", c.scenario);
     }
-    let bad: Vec<String> = cells
-        .iter()
-        .filter(|c| !c.ok())
-        .map(|c| {
-            format!(
-                "{} {} {} {}: VM {:.1} model {:.1} (±{:.1})",
-                c.scenario,
-                c.kernel,
-                c.label,
-                c.metric,
-                c.vm_mean(),
-                c.model_mean(),
-                c.tolerance()
-            )
-        })
-        .collect();
+    let bad = fidelity::disagreements(&cells);
     assert!(bad.is_empty(), "disagreements:\n{}\n{table}", bad.join("\n"));
     // The cells cover both kernels, both scenarios of the demo and both sysctl values.
     for want in ["patched-6.12", "patched-7.3"] {

@@ -1,6 +1,7 @@
 //! The `arfsnic` command line.
 
 pub mod classify;
+pub mod model;
 pub mod serve;
 pub mod signals;
 
@@ -36,7 +37,7 @@ pub enum Command {
     /// Model mode: run a scenario in the discrete-event twin of RFS/aRFS and the device
     /// model, without QEMU or a kernel build (docs/model.md); prints the steer-rate table,
     /// writes the same JSON report as `run` with `mode = "model"`.
-    Model(ModelArgs),
+    Model(model::ModelArgs),
     /// Work with NIC profiles.
     Profile {
         #[command(subcommand)]
@@ -50,39 +51,6 @@ pub enum Command {
     Run(RunArgs),
     /// Serve the emulated NIC on a vhost-user socket for a QEMU you start yourself (see qemu/README.md).
     Serve(serve::ServeArgs),
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ModelArgs {
-    /// Scenario: a name in configs/scenarios/ (llc-within) or a file.
-    #[arg(long, required_unless_present = "fidelity")]
-    pub scenario: Option<String>,
-    /// Write the JSON report here.
-    #[arg(long, value_name = "OUT")]
-    pub json: Option<PathBuf>,
-    /// Seed of the flows' hashes and packet phases (run i uses SEED + i).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// The guest's CPU costs: a name in configs/twin/ (tcg: the VMs of CI; native: bare
-    /// metal estimates) or a TOML file.
-    #[arg(long, default_value = "tcg")]
-    pub twin: String,
-    /// Compare the twin with VM reports (default: the committed docs/results/fidelity/*.json,
-    /// VM runs that carry their boot's rule table): the fidelity table of docs/model.md.
-    /// Exits 1 when a cell disagrees beyond its tolerance.
-    #[arg(long)]
-    pub fidelity: bool,
-    /// --fidelity: seeds per run.
-    #[arg(long, default_value_t = 16)]
-    pub seeds: u32,
-    /// --fidelity: VM report files.
-    #[arg(value_name = "REPORT")]
-    pub reports: Vec<PathBuf>,
-    /// --fidelity: write the table between `<!-- results:NAME -->` markers of FILE.
-    #[arg(long, value_name = "FILE", requires = "name")]
-    pub update: Option<PathBuf>,
-    #[arg(long, requires = "update")]
-    pub name: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -346,7 +314,7 @@ pub fn main() -> ExitCode {
         Command::Results(a) => results(&a),
         Command::Doctor => doctor(),
         Command::Matrix(a) => matrix(&a, &interrupt),
-        Command::Model(a) => model(&a),
+        Command::Model(a) => model::run(&a),
         Command::Run(a) => run(&a, &interrupt),
         Command::Serve(a) => serve::run(&a, &interrupt),
     };
@@ -709,62 +677,6 @@ fn doctor() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn model(a: &ModelArgs) -> anyhow::Result<()> {
-    let root = crate::runner::env::repo_root()?;
-    let twin = crate::twin::load_twin_profile(&a.twin, &root)?;
-    if a.fidelity {
-        return model_fidelity(a, &root, twin);
-    }
-    let spec = a.scenario.as_deref().unwrap_or_default();
-    let path = if spec.contains('/') || spec.ends_with(".toml") {
-        PathBuf::from(spec)
-    } else {
-        root.join("configs/scenarios").join(format!("{spec}.toml"))
-    };
-    let s = crate::runner::scenario::Scenario::load(&path)?;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let opts = crate::twin::Options { seed: a.seed, twin };
-    let report = crate::twin::run_scenario(&s, &root, dir, &opts)?;
-    println!("{}", crate::report::results::table(&crate::report::results::rows(&report)).trim_end());
-    eprintln!("model: {} run(s) in {:.2} s wall", report.runs.len(), report.wall_s);
-    if let Some(out) = &a.json {
-        std::fs::write(out, report.to_json_pretty()).map_err(|e| anyhow::anyhow!("--json {}: {e}", out.display()))?;
-        eprintln!("wrote {}", out.display());
-    }
-    Ok(())
-}
-
-/// The committed VM reports the fidelity table compares with by default: the VM runs that
-/// carry their boot's rule table (docs/results/fidelity/*.json).
-pub fn default_fidelity_reports(root: &std::path::Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root.join("docs/results/fidelity"))
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
-fn model_fidelity(a: &ModelArgs, root: &std::path::Path, twin: crate::twin::driver::TwinProfile) -> anyhow::Result<()> {
-    let reports = if a.reports.is_empty() { default_fidelity_reports(root) } else { a.reports.clone() };
-    anyhow::ensure!(!reports.is_empty(), "--fidelity: no VM report given and none under docs/results/fidelity/");
-    anyhow::ensure!(a.seeds > 0, "--seeds: must be at least 1");
-    let (cells, skipped) = crate::twin::fidelity::compare(root, &reports, a.seeds, twin)?;
-    let table = crate::twin::fidelity::markdown(&cells, &skipped, a.seeds);
-    let bad = cells.iter().filter(|c| !c.ok()).count();
-    match (&a.update, &a.name) {
-        (Some(file), Some(name)) => {
-            // Report paths relative to the repository in the generated note.
-            let rel: Vec<PathBuf> = reports.iter().map(|p| p.strip_prefix(root).unwrap_or(p).to_path_buf()).collect();
-            update_between_markers(file, name, &table, &rel, cells.len(), "arfsnic model --fidelity")?
-        }
-        _ => print!("{table}"),
-    }
-    anyhow::ensure!(bad == 0, "{bad} of {} fidelity cells disagree beyond their tolerance", cells.len());
-    Ok(())
-}
-
 fn results(a: &ResultsArgs) -> anyhow::Result<()> {
     if let Some(file) = &a.html {
         let mut reports = Vec::new();
@@ -815,7 +727,7 @@ fn results(a: &ResultsArgs) -> anyhow::Result<()> {
 
 /// Replace what stands between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in
 /// FILE with `table`, noting the report files it came from.
-fn update_between_markers(
+pub(super) fn update_between_markers(
     file: &std::path::Path,
     name: &str,
     table: &str,

@@ -98,6 +98,26 @@ impl Cell {
     }
 }
 
+/// One line per cell outside its tolerance: where, VM mean, twin mean, tolerance.
+pub fn disagreements(cells: &[Cell]) -> Vec<String> {
+    cells
+        .iter()
+        .filter(|c| !c.ok())
+        .map(|c| {
+            format!(
+                "{} {} {} {}: VM {:.1}, twin {:.1} ± {:.1}",
+                c.scenario,
+                c.kernel,
+                c.label,
+                c.metric,
+                c.vm_mean(),
+                c.model_mean(),
+                c.tolerance()
+            )
+        })
+        .collect()
+}
+
 /// A VM report (or run) the comparison left out, and why.
 #[derive(Clone, Debug)]
 pub struct Skipped {

@@ -96,20 +96,6 @@ pub fn assert_twin_agrees(r: &Report, scenario: &str) {
     let table = fidelity::markdown(&cells, &skipped, 8);
     println!("model mode against this run:\n{table}");
     assert!(!cells.is_empty(), "no run of the report compared:\n{table}");
-    let bad: Vec<String> = cells
-        .iter()
-        .filter(|c| !c.ok())
-        .map(|c| {
-            format!(
-                "{} {} {}: VM {:.1}, twin {:.1} ± {:.1}",
-                c.kernel,
-                c.label,
-                c.metric,
-                c.vm_mean(),
-                c.model_mean(),
-                c.tolerance()
-            )
-        })
-        .collect();
+    let bad = fidelity::disagreements(&cells);
     assert!(bad.is_empty(), "the twin disagrees with the VM:\n  {}\n{table}", bad.join("\n  "));
 }
