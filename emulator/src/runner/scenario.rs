@@ -119,6 +119,15 @@ pub struct Vm {
     /// frames reach the NIC under test like any frame from the network. Needs `debian`.
     #[serde(default)]
     pub remote: bool,
+    /// NUMA nodes: `one` (QEMU without `-numa`: every CPU in node 0) or, model mode only,
+    /// `socket` (a host with one node per socket, NPS1): `cpu_rmap` looks for the
+    /// nearest RX queue IRQ only inside a CPU's node.
+    #[serde(default = "d_numa")]
+    pub numa: String,
+}
+
+fn d_numa() -> String {
+    "one".into()
 }
 fn d_guest_os() -> String {
     "initramfs".into()
@@ -218,6 +227,11 @@ pub struct Guest {
     /// free, brpc-like).
     #[serde(default = "d_pattern")]
     pub pattern: String,
+    /// work-stealing only: the workers split into this many equal pods, each stealing
+    /// only its own connections (flow i belongs to pod i mod pods). Above 1 model mode
+    /// only: arfs-echo has one epoll set.
+    #[serde(default = "d_pods")]
+    pub pods: u32,
     #[serde(default = "d_period")]
     pub period_ms: u32,
     #[serde(default = "d_sock_flow")]
@@ -247,6 +261,10 @@ pub struct Guest {
     #[serde(default)]
     pub funccount: Option<String>,
 }
+fn d_pods() -> u32 {
+    1
+}
+
 fn d_pattern() -> String {
     "none".into()
 }
@@ -435,6 +453,29 @@ impl Scenario {
             return Err(err(
                 "guest.pattern",
                 format!("{:?} is not one of {}", self.guest.pattern, PATTERNS.join(", ")),
+            ));
+        }
+        match (v.numa.as_str(), self.model_only) {
+            ("one", _) | ("socket", true) => {}
+            ("socket", false) => {
+                return Err(err("vm.numa", "\"socket\" is model mode only (model_only = true): the VMs boot one node"))
+            }
+            (o, _) => return Err(err("vm.numa", format!("{o:?} is not one or socket"))),
+        }
+        let pods = self.guest.pods;
+        if pods == 0 || !self.guest.workers.is_multiple_of(pods) {
+            return Err(err(
+                "guest.pods",
+                format!("{pods} must be at least 1 and divide guest.workers {}", self.guest.workers),
+            ));
+        }
+        if pods > 1 && self.guest.pattern != "work-stealing" {
+            return Err(err("guest.pods", "more than one pod needs guest.pattern = \"work-stealing\""));
+        }
+        if pods > 1 && !self.model_only {
+            return Err(err(
+                "guest.pods",
+                "more than one pod is model mode only (model_only = true): arfs-echo has one epoll set",
             ));
         }
         check_kernel("kernel", &self.kernel)?;

@@ -313,7 +313,7 @@ mod tests {
     use super::*;
 
     fn topo() -> Topology {
-        Topology::new(2, 1, 2, 1, L3Per::Die, 4).unwrap()
+        Topology::new(2, 1, 2, 1, L3Per::Die, 4, false).unwrap()
     }
 
     #[test]

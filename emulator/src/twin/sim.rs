@@ -54,6 +54,8 @@ pub struct RunSpec {
     pub rate_pps: f64,
     pub payload: usize,
     pub workers: u32,
+    /// Work stealing: the workers split into this many pods, flow i read in pod i mod pods.
+    pub pods: u32,
     pub pattern: Pattern,
     pub period_ns: u64,
     pub sock_entries: u32,
@@ -345,7 +347,11 @@ impl Sim<'_> {
         // A worker reads it on the CPU it runs on (recvmsg records the flow): the flow's
         // own worker, or under work stealing one of the idle ones.
         let w = match self.spec.pattern {
-            Pattern::WorkStealing => (self.spec.workers > 0).then(|| self.rng.random_range(0..self.spec.workers)),
+            Pattern::WorkStealing => {
+                let per_pod = self.spec.workers / self.spec.pods.max(1);
+                let pod = f % self.spec.pods.max(1);
+                (per_pod > 0).then(|| pod * per_pod + self.rng.random_range(0..per_pod))
+            }
             _ => (!self.workers.is_empty()).then(|| f % self.spec.workers),
         };
         let fl = &mut self.flows[f as usize];

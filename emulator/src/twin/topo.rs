@@ -13,6 +13,8 @@ pub struct Topology {
     pub llc: Vec<u32>,
     core: Vec<u32>,
     package: Vec<u32>,
+    /// Per CPU: its NUMA node (0 everywhere, or its package).
+    node: Vec<u32>,
     /// LLC group → its CPUs in ascending order.
     pub groups: Vec<Vec<u16>>,
     /// RX queue → the CPU its IRQ is bound to.
@@ -46,8 +48,17 @@ impl L3Per {
 
 impl Topology {
     /// `sockets × dies × cores × threads` CPUs numbered as QEMU numbers them (threads of a
-    /// core adjacent, then cores, dies, sockets), one IRQ per RX queue, queue q on CPU q.
-    pub fn new(sockets: u32, dies: u32, cores: u32, threads: u32, l3: L3Per, queues: u16) -> Result<Self, TwinError> {
+    /// core adjacent, then cores, dies, sockets), one IRQ per RX queue, queue q on CPU q;
+    /// one NUMA node, or one per socket (`node_per_socket`).
+    pub fn new(
+        sockets: u32,
+        dies: u32,
+        cores: u32,
+        threads: u32,
+        l3: L3Per,
+        queues: u16,
+        node_per_socket: bool,
+    ) -> Result<Self, TwinError> {
         let n = u64::from(sockets) * u64::from(dies) * u64::from(cores) * u64::from(threads);
         if n == 0 || n > 4096 {
             return Err(TwinError::field("vm.vcpus", format!("{n} CPUs: the twin takes 1 to 4096")));
@@ -92,7 +103,8 @@ impl Topology {
             *l = g as u32;
         }
         let irq_cpu: Vec<u16> = (0..queues).collect();
-        let mut t = Topology { llc, core, package, groups, irq_cpu, rmap: Vec::new() };
+        let node = if node_per_socket { package.clone() } else { vec![0; n] };
+        let mut t = Topology { llc, core, package, node, groups, irq_cpu, rmap: Vec::new() };
         t.rmap = t.build_rmap();
         Ok(t)
     }
@@ -110,20 +122,32 @@ impl Topology {
         self.rmap[usize::from(cpu)]
     }
 
-    /// `cpu_rmap_update()` once per queue in queue order, as `irq_cpu_rmap_add()` and the
-    /// affinity notifiers leave it: distance 0 on the IRQ's CPU, then the first neighbour
-    /// found among SMT siblings (1), the package (2), the node (3; one node here).
+    /// `alloc_cpu_rmap()`'s rota (CPU c starts on queue c mod queues at infinite distance),
+    /// then `cpu_rmap_update()` once per queue in queue order, as `irq_cpu_rmap_add()` and
+    /// the affinity notifiers leave it: the CPUs that had this queue are invalidated, the
+    /// IRQ's CPU gets distance 0, and those CPUs plus the IRQ CPU's node take the first
+    /// neighbour found among SMT siblings (1), the package (2), the node (3). A CPU whose
+    /// node has no IRQ keeps its rota queue.
     fn build_rmap(&self) -> Vec<u16> {
         const INF: u16 = u16::MAX;
         let n = self.cpus();
-        let mut near: Vec<(u16, u16)> = vec![(0, INF); n]; // (index, dist)
+        let queues = self.irq_cpu.len();
+        let mut near: Vec<(u16, u16)> = (0..n).map(|c| ((c % queues) as u16, INF)).collect(); // (index, dist)
         for (q, &a) in self.irq_cpu.iter().enumerate() {
-            near[usize::from(a)] = (q as u16, 0);
-            for cpu in 0..n {
+            let q = q as u16;
+            let mut update: Vec<bool> = near.iter().map(|&(i, _)| i == q).collect();
+            for (cpu, u) in update.iter_mut().enumerate() {
+                if *u {
+                    near[cpu].1 = INF;
+                }
+                *u |= self.node[cpu] == self.node[usize::from(a)];
+            }
+            near[usize::from(a)] = (q, 0);
+            for cpu in (0..n).filter(|&c| update[c]) {
                 let masks: [(u16, &dyn Fn(usize) -> bool); 3] = [
                     (1, &|x| self.core[x] == self.core[cpu]),
                     (2, &|x| self.package[x] == self.package[cpu]),
-                    (3, &|_| true),
+                    (3, &|x| self.node[x] == self.node[cpu]),
                 ];
                 for (dist, in_mask) in masks {
                     let found = (0..n).find(|&x| in_mask(x) && near[cpu].1 > dist && near[x].1 <= dist);
@@ -144,7 +168,7 @@ mod tests {
 
     #[test]
     fn two_sockets_of_two_cores_are_two_llcs_and_queue_q_is_cpu_q() {
-        let t = Topology::new(2, 1, 2, 1, L3Per::Die, 4).unwrap();
+        let t = Topology::new(2, 1, 2, 1, L3Per::Die, 4, false).unwrap();
         assert_eq!(t.groups, vec![vec![0, 1], vec![2, 3]]);
         assert!(t.share_cache(0, 1) && !t.share_cache(1, 2));
         assert_eq!((0..4).map(|c| t.rmap(c)).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
@@ -153,7 +177,7 @@ mod tests {
     #[test]
     fn a_cpu_without_a_queue_takes_its_sibling_then_its_package() {
         // 2 sockets x 2 cores x 2 threads, 2 queues on CPUs 0 and 1 (both socket 0).
-        let t = Topology::new(2, 1, 2, 2, L3Per::Socket, 2).unwrap();
+        let t = Topology::new(2, 1, 2, 2, L3Per::Socket, 2, false).unwrap();
         assert_eq!(t.rmap(1), 1);
         // CPU 2 and 3 (socket 0, core 1): package distance to queue 0 first.
         assert_eq!(t.rmap(2), 0);
@@ -162,8 +186,16 @@ mod tests {
     }
 
     #[test]
+    fn a_node_without_an_irq_keeps_the_rota() {
+        // The same box with one NUMA node per socket: socket 1 (CPUs 4-7) has no IRQ in
+        // its node, so its CPUs keep alloc_cpu_rmap()'s CPU mod queues.
+        let t = Topology::new(2, 1, 2, 2, L3Per::Socket, 2, true).unwrap();
+        assert_eq!((0..8).map(|c| t.rmap(c)).collect::<Vec<_>>(), vec![0, 1, 0, 0, 0, 1, 0, 1]);
+    }
+
+    #[test]
     fn more_queues_than_cpus_is_an_error_naming_the_field() {
-        let e = Topology::new(1, 1, 2, 1, L3Per::Die, 4).unwrap_err();
+        let e = Topology::new(1, 1, 2, 1, L3Per::Die, 4, false).unwrap_err();
         assert!(e.to_string().starts_with("nic.queues:"), "{e}");
     }
 }
