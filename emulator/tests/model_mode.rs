@@ -177,3 +177,68 @@ fn work_stealing_moves_every_request_and_the_sysctl_stops_it_within_one_llc() {
     assert!(rate(0) > 600.0, "sysctl=0: {}", rate(0));
     assert_eq!(rate(1), 0.0);
 }
+
+#[test]
+fn the_contention_curve_grows_with_cpus_and_the_sysctl_removes_it_where_pods_have_queues() {
+    use arfsnic::twin::contention;
+    let base = scenario("contention");
+    let opts = Options { seed: 1, twin: load_twin_profile("native", &root()).unwrap() };
+    let pts = contention::curve(&root(), &root().join("configs/scenarios"), &base, &[4, 16, 64], &opts).unwrap();
+    println!("{}", contention::markdown(&pts));
+    assert_eq!(pts.len(), 3 * base.runs.len());
+    let at = |n: u32, k: &str, v: &str| pts.iter().find(|p| p.cpus == n && p.kernel == k && p.sysctl == v).unwrap();
+    for k in ["patched-6.12", "patched-7.3"] {
+        // The same load per CPU contends more as more CPUs share the one arfs_lock.
+        let (a, b, c) = (at(4, k, "0"), at(16, k, "0"), at(64, k, "0"));
+        assert!(a.contended_pct > 0.0 && a.contended_pct < b.contended_pct, "{k}: {a:?} {b:?}");
+        assert!(b.contended_pct < c.contended_pct && b.wait_us_per_s < c.wait_us_per_s, "{k}: {b:?} {c:?}");
+        // Every pod sits in one LLC with queues of its own: the skip removes every steer.
+        for n in [4, 16, 64] {
+            let p = at(n, k, "1");
+            assert_eq!((p.steer_per_s, p.contended_pct), (0.0, 0.0), "{k} at {n}: {p:?}");
+        }
+    }
+}
+
+#[test]
+fn pods_and_numa_nodes_are_model_only_and_checked() {
+    let text = std::fs::read_to_string(root().join("configs/scenarios/contention.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let check = |body: String, field: &str| {
+        let p = dir.path().join("s.toml");
+        std::fs::write(&p, body).unwrap();
+        let e = Scenario::load(&p).unwrap_err().to_string();
+        assert!(e.contains(field), "{field}: {e}");
+    };
+    let vm = text.replace("model_only = true", "");
+    // The unit itself (16 vCPUs, one pod) is a valid VM scenario once numa is dropped.
+    let p = dir.path().join("unit.toml");
+    std::fs::write(&p, vm.replace("numa = \"socket\"\n", "")).unwrap();
+    Scenario::load(&p).unwrap();
+    check(vm.replace("workers = 16\n", "workers = 16\npods = 2\n").replace("numa = \"socket\"\n", ""), "guest.pods");
+    check(vm.clone(), "vm.numa");
+    check(text.replace("workers = 16\n", "workers = 16\npods = 3\n"), "guest.pods");
+    check(text.replace("numa = \"socket\"", "numa = \"die\""), "vm.numa");
+    let steal = text.replace("workers = 16\n", "workers = 16\npods = 2\n").replace("\"work-stealing\"", "\"none\"");
+    check(steal, "guest.pods");
+}
+
+#[test]
+fn demo_model_prints_the_seed_scale_tables_without_a_vm() {
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
+        .args(["demo", "--model", "--out"])
+        .arg(out.path())
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("| 6.12-sysctl=0 | patched-6.12 | 0 |") && stdout.contains("| 256 | 64 |"), "{stdout}");
+    for f in ["seed-testbed.json", "model.md", "contention.svg"] {
+        assert!(out.path().join(f).is_file(), "{f}");
+    }
+    let r = arfsnic::report::Report::load(&out.path().join("seed-testbed.json"), "report").unwrap();
+    assert_eq!(r.mode.as_deref(), Some("model"));
+    assert!(std::fs::read_to_string(out.path().join("contention.svg")).unwrap().contains("<svg"));
+}

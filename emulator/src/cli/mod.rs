@@ -249,6 +249,11 @@ pub struct DemoArgs {
     /// Run each scenario N times; the ratio lines give the median of the valid runs and their spread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
+    /// Model mode instead of VMs: the seed-scale tables from the RFS/aRFS twin (the
+    /// seed's 256-CPU test bed, the arfs_lock contention curve) in seconds, no kernel
+    /// build, no QEMU (docs/model.md).
+    #[arg(long, conflicts_with_all = ["full", "accel", "kernel", "kdir", "patch", "sysctl", "guest", "repeat"])]
+    pub model: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -586,6 +591,9 @@ fn baseline_verdict(b: &crate::report::baseline::Report, o: &crate::report::base
 }
 
 fn demo(a: &DemoArgs, interrupt: &crate::runner::Interrupt) -> anyhow::Result<()> {
+    if a.model {
+        return model::demo_model(&a.out);
+    }
     let o = crate::runner::demo::DemoOptions {
         out: a.out.clone(),
         scenarios: {

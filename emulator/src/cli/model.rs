@@ -1,5 +1,5 @@
-//! `arfsnic model`: a scenario in model mode (src/twin/, docs/model.md), and `--fidelity`,
-//! the twin against VM reports.
+//! `arfsnic model`: a scenario in model mode (src/twin/, docs/model.md), `--fidelity`,
+//! the twin against VM reports, and `--contention`, the `arfs_lock` curve over CPU counts.
 
 use clap::Args;
 use std::path::PathBuf;
@@ -7,7 +7,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct ModelArgs {
     /// Scenario: a name in configs/scenarios/ (llc-within) or a file.
-    #[arg(long, required_unless_present = "fidelity")]
+    /// With --contention: the curve's unit (default: contention).
+    #[arg(long, required_unless_present_any = ["fidelity", "contention"])]
     pub scenario: Option<String>,
     /// Write the JSON report here.
     #[arg(long, value_name = "OUT")]
@@ -30,7 +31,19 @@ pub struct ModelArgs {
     /// --fidelity: VM report files.
     #[arg(value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
-    /// --fidelity: write the table between `<!-- results:NAME -->` markers of FILE.
+    /// The `arfs_lock` contention curve: the scenario (one LLC, configs/scenarios/
+    /// contention.toml) scaled to each of --cpus at constant per-CPU load, every run in
+    /// the twin, the runs spread over the cores.
+    #[arg(long, conflicts_with = "fidelity")]
+    pub contention: bool,
+    /// --contention: CPU counts.
+    #[arg(long, value_delimiter = ',', default_values_t = crate::twin::contention::CPUS)]
+    pub cpus: Vec<u32>,
+    /// --contention: write the curve (contended % against CPUs) as an SVG plot.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Write the table (runs, fidelity or contention) between `<!-- results:NAME -->`
+    /// markers of FILE.
     #[arg(long, value_name = "FILE", requires = "name")]
     pub update: Option<PathBuf>,
     #[arg(long, requires = "update")]
@@ -43,7 +56,8 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
     if a.fidelity {
         return model_fidelity(a, &root, twin);
     }
-    let spec = a.scenario.as_deref().unwrap_or_default();
+    let default = if a.contention { "contention" } else { "" };
+    let spec = a.scenario.as_deref().unwrap_or(default);
     let path = if spec.contains('/') || spec.ends_with(".toml") {
         PathBuf::from(spec)
     } else {
@@ -52,9 +66,17 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
     let s = crate::runner::scenario::Scenario::load(&path)?;
     let dir = path.parent().unwrap_or(std::path::Path::new("."));
     let opts = crate::twin::Options { seed: a.seed, twin };
+    if a.contention {
+        return model_contention(a, &root, &path, &s, &opts);
+    }
     let report = crate::twin::run_scenario(&s, &root, dir, &opts)?;
     println!("{}", crate::report::results::table(&crate::report::results::rows(&report)).trim_end());
     eprintln!("model: {} run(s) in {:.2} s wall", report.runs.len(), report.wall_s);
+    if let (Some(file), Some(name)) = (&a.update, &a.name) {
+        let rel = [path.strip_prefix(&root).unwrap_or(&path).to_path_buf()];
+        let generator = format!("arfsnic model --scenario {} --twin {}", s.name, a.twin);
+        super::update_between_markers(file, name, &runs_markdown(&report), &rel, report.runs.len(), &generator)?;
+    }
     if let Some(out) = &a.json {
         std::fs::write(out, report.to_json_pretty()).map_err(|e| anyhow::anyhow!("--json {}: {e}", out.display()))?;
         eprintln!("wrote {}", out.display());
@@ -91,4 +113,132 @@ fn model_fidelity(a: &ModelArgs, root: &std::path::Path, twin: crate::twin::driv
     }
     anyhow::ensure!(bad == 0, "{bad} of {} fidelity cells disagree beyond their tolerance", cells.len());
     Ok(())
+}
+
+/// The contention curve: table (stdout or between markers), SVG, JSON of the points.
+fn model_contention(
+    a: &ModelArgs,
+    root: &std::path::Path,
+    path: &std::path::Path,
+    base: &crate::runner::scenario::Scenario,
+    opts: &crate::twin::Options,
+) -> anyhow::Result<()> {
+    use crate::twin::contention;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    anyhow::ensure!(!a.cpus.is_empty(), "--cpus: give at least one CPU count");
+    let t0 = std::time::Instant::now();
+    let points = contention::curve(root, dir, base, &a.cpus, opts)?;
+    let table = contention::markdown(&points);
+    let sim_s: f64 = points.iter().map(|p| p.wall_s).sum();
+    eprintln!(
+        "model: {} runs, {:.1} s of simulation on {} thread(s), {:.1} s wall",
+        points.len(),
+        sim_s,
+        rayon::current_num_threads(),
+        t0.elapsed().as_secs_f64()
+    );
+    match (&a.update, &a.name) {
+        (Some(file), Some(name)) => {
+            let rel = [path.strip_prefix(root).unwrap_or(path).to_path_buf()];
+            super::update_between_markers(file, name, &table, &rel, points.len(), "arfsnic model --contention")?
+        }
+        _ => print!("{table}"),
+    }
+    if let Some(out) = &a.svg {
+        let series = contention_series(&points);
+        let svg = crate::report::chart::log2_lines(
+            &format!("{}: arfs_lock contention vs CPUs (model, twin {})", base.name, a.twin),
+            "CPUs (constant load per CPU, one pod per LLC)",
+            "arfs_lock acquisitions contended (%)",
+            &series,
+        )?;
+        std::fs::write(out, svg).map_err(|e| anyhow::anyhow!("--svg {}: {e}", out.display()))?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// A model report's runs in a few columns: the steer, rule and lock rates.
+pub fn runs_markdown(r: &crate::report::schema::Report) -> String {
+    let mut out = String::from(
+        "| run | kernel | arfs_llc_affinity | Steer-C/s | Add/s | Mod/s | Del/s | arfs_lock contended % |\n|---|---|---|---:|---:|---:|---:|---:|\n",
+    );
+    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
+    for run in &r.runs {
+        let d = run.driver();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            run.label,
+            run.kernel.as_deref().unwrap_or(&r.kernel),
+            run.sysctls.get(crate::twin::LLC_SYSCTL).map_or("-", String::as_str),
+            f(d.and_then(|d| d.steer_calls_per_s)),
+            f(d.and_then(|d| d.adds_per_s)),
+            f(d.and_then(|d| d.mods_per_s)),
+            f(d.and_then(|d| d.dels_per_s)),
+            f(d.and_then(|d| d.lock_contended_pct_window)),
+        ));
+    }
+    out
+}
+
+/// `arfsnic demo --model`: the seed-scale tables without a kernel build or QEMU — the
+/// seed's test bed (configs/scenarios/seed-testbed.toml) and the `arfs_lock` contention
+/// curve (contention.toml at 4 … 256 CPUs), twin `native`; reports, tables and the
+/// curve's SVG in `out`.
+pub fn demo_model(out: &std::path::Path) -> anyhow::Result<()> {
+    use crate::twin::{contention, Options};
+    let t0 = std::time::Instant::now();
+    let root = crate::runner::env::repo_root()?;
+    let twin = crate::twin::load_twin_profile("native", &root)?;
+    let opts = Options { seed: 1, twin };
+    let dir = root.join("configs/scenarios");
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("--out {}: {e}", out.display()))?;
+    let write = |name: &str, text: &str| {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+    };
+    let seed = crate::runner::scenario::Scenario::load(&dir.join("seed-testbed.toml"))?;
+    let report = crate::twin::run_scenario(&seed, &root, &dir, &opts)?;
+    write("seed-testbed.json", &report.to_json_pretty())?;
+    let seed_table = runs_markdown(&report);
+    println!("The seed's test bed in the twin (256 CPUs, 16-CPU pod, 4096 pooled TCP connections; seed-testbed.toml):");
+    println!("{seed_table}");
+    println!("The posting measured ~200 000 steers/s with the sysctl off and ~10/s with it on (mlx5, 7.x).\n");
+    let base = crate::runner::scenario::Scenario::load(&dir.join("contention.toml"))?;
+    let points = contention::curve(&root, &dir, &base, &contention::CPUS, &opts)?;
+    let curve = contention::markdown(&points);
+    println!("arfs_lock contention at constant per-CPU load (contention.toml scaled to 4 ... 256 CPUs):");
+    println!("{curve}");
+    let svg = crate::report::chart::log2_lines(
+        "arfs_lock contention vs CPUs (model, twin native)",
+        "CPUs (constant load per CPU, one pod per LLC)",
+        "arfs_lock acquisitions contended (%)",
+        &contention_series(&points),
+    )?;
+    write("contention.svg", &svg)?;
+    write(
+        "model.md",
+        &format!("# arfsnic demo --model\n\n## Seed test bed\n\n{seed_table}\n## Contention\n\n{curve}"),
+    )?;
+    println!("Krishna Kumar's 144-queue table is not in model mode yet (docs/model.md).");
+    println!(
+        "docs/model.md says what the twin models and how far it agrees with the VM. Wrote {}/{{seed-testbed.json,model.md,contention.svg}} in {:.1} s.",
+        out.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// One line per (kernel, sysctl): contended % against CPUs.
+pub fn contention_series(points: &[crate::twin::contention::Point]) -> Vec<(String, Vec<(u64, f64)>)> {
+    let mut series: Vec<(String, Vec<(u64, f64)>)> = Vec::new();
+    for p in points {
+        let name = format!("{} sysctl={}", p.kernel, p.sysctl);
+        let pt = (u64::from(p.cpus), p.contended_pct);
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.push(pt),
+            None => series.push((name, vec![pt])),
+        }
+    }
+    series
 }

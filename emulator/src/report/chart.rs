@@ -236,3 +236,74 @@ pub fn per_second_chart(report: &super::schema::Report) -> anyhow::Result<Option
     }
     Ok(Some(svg))
 }
+
+const LINE_COLOURS: [RGBColor; 4] =
+    [RGBColor(214, 96, 77), RGBColor(67, 147, 195), RGBColor(77, 172, 38), RGBColor(153, 112, 171)];
+
+/// Lines over a log2 x axis (table sizes, CPU counts), one per named series of (x, y)
+/// points; x values of 0 are drawn at 1.
+pub fn log2_lines(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(u64, f64)>)],
+) -> anyhow::Result<String> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("drawing {title}: {e}");
+    let lg = |x: u64| x.max(1).ilog2() as i32;
+    let mut xs: Vec<i32> = series.iter().flat_map(|(_, p)| p.iter().map(|&(x, _)| lg(x))).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    let (x0, x1) = (xs.first().copied().unwrap_or(0), xs.last().copied().unwrap_or(1).max(1));
+    let y_max = series.iter().flat_map(|(_, p)| p.iter().map(|&(_, y)| y)).fold(0.0, f64::max).max(1e-9) * 1.15;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (760, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d((x0 - 1..x1 + 1).with_key_points(xs.clone()), 0f64..y_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&|x: &i32| {
+                if *x >= 0 {
+                    (1u64 << x.unsigned_abs().min(40)).to_string()
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|y: &f64| if y_max < 10.0 { format!("{y:.2}") } else { format!("{y:.0}") })
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let c = LINE_COLOURS[i % LINE_COLOURS.len()];
+            let pts: Vec<(i32, f64)> = pts.iter().map(|&(x, y)| (lg(x), y)).collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
+                .map_err(|e| err(&e))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(|e| err(&e))?;
+        }
+        // The legend goes where the lines are low: the left for rising curves.
+        let last: f64 = series.iter().filter_map(|(_, p)| p.last()).map(|&(_, y)| y).sum();
+        let first: f64 = series.iter().filter_map(|(_, p)| p.first()).map(|&(_, y)| y).sum();
+        let rising = last > first;
+        chart
+            .configure_series_labels()
+            .position(if rising { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::UpperRight })
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(out)
+}

@@ -6,8 +6,6 @@
 //! (configs/scenarios/rps-flow-cnt-sweep.toml). Only valid runs are shown.
 
 use super::schema::{Report, RunReport, Verdict};
-use anyhow::anyhow;
-use plotters::prelude::*;
 use std::fmt::Write as _;
 
 /// One run of the sweep.
@@ -230,66 +228,19 @@ pub fn markdown(s: &Sweep) -> String {
     out
 }
 
-const LINE_COLOURS: [RGBColor; 4] =
-    [RGBColor(214, 96, 77), RGBColor(67, 147, 195), RGBColor(77, 172, 38), RGBColor(153, 112, 171)];
-
 /// Steer-C against rps_flow_cnt (log2 x axis), one line per kernel.
 pub fn svg(s: &Sweep) -> anyhow::Result<String> {
-    let err = |e: &dyn std::fmt::Display| anyhow!("drawing the sweep chart: {e}");
-    let xs: Vec<u32> = s.sizes.iter().map(|n| n.max(&1).ilog2()).collect();
-    let (x0, x1) = (xs.first().copied().unwrap_or(0), xs.last().copied().unwrap_or(1).max(1));
-    let y_max = s.cells.iter().map(|(_, c)| c.steer_calls).max().unwrap_or(1).max(1) as f64 * 1.15;
-    let mut out = String::new();
-    {
-        let root = SVGBackend::with_string(&mut out, (760, 440)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{}: Steer-C vs rps_flow_cnt", s.scenario), ("sans-serif", 22))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d(
-                (x0 as i32 - 1..x1 as i32 + 1).with_key_points(xs.iter().map(|&x| x as i32).collect()),
-                0f64..y_max,
-            )
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .x_desc("rps_flow_cnt (per RX queue)")
-            .y_desc("Steer-C (ndo_rx_flow_steer calls over the run)")
-            .x_label_formatter(&|x: &i32| {
-                if *x >= 0 {
-                    (1u64 << x.unsigned_abs().min(40)).to_string()
-                } else {
-                    String::new()
-                }
-            })
-            .y_label_formatter(&|y: &f64| format!("{y:.0}"))
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(|e| err(&e))?;
-        for (i, k) in s.kernels.iter().enumerate() {
-            let c = LINE_COLOURS[i % LINE_COLOURS.len()];
-            let pts: Vec<(i32, f64)> =
-                s.series(k).into_iter().map(|(n, v)| (n.max(1).ilog2() as i32, v as f64)).collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
-                .map_err(|e| err(&e))?
-                .label(k.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
-            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(|e| err(&e))?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
-        root.present().map_err(|e| err(&e))?;
-    }
-    Ok(out)
+    let series: Vec<(String, Vec<(u64, f64)>)> = s
+        .kernels
+        .iter()
+        .map(|k| (k.clone(), s.series(k).into_iter().map(|(n, v)| (u64::from(n), v as f64)).collect()))
+        .collect();
+    super::chart::log2_lines(
+        &format!("{}: Steer-C vs rps_flow_cnt", s.scenario),
+        "rps_flow_cnt (per RX queue)",
+        "Steer-C (ndo_rx_flow_steer calls over the run)",
+        &series,
+    )
 }
 
 #[cfg(test)]

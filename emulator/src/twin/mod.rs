@@ -10,6 +10,7 @@
 //! Layering: beside the runner; it reads scenarios through `runner::scenario` and writes
 //! `report::schema`.
 
+pub mod contention;
 pub mod driver;
 pub mod fidelity;
 pub mod rfs;
@@ -83,7 +84,7 @@ pub const LLC_SYSCTL: &str = "net.core.arfs_llc_affinity";
 pub fn topology(s: &Scenario) -> Result<Topology, TwinError> {
     let v = &s.vm;
     let l3 = L3Per::parse("vm.l3_per", v.l3_per.as_deref())?;
-    Topology::new(v.sockets, v.dies, v.cores, v.threads, l3, s.nic.queues)
+    Topology::new(v.sockets, v.dies, v.cores, v.threads, l3, s.nic.queues, v.numa == "socket")
 }
 
 /// A run's label, its sysctls and what the twin runs.
@@ -182,6 +183,7 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
                 rate_pps: f64::from(t.rate_pps),
                 payload: t.payload,
                 workers: g.workers,
+                pods: g.pods,
                 pattern,
                 period_ns: u64::from(g.period_ms.max(1)) * 1_000_000,
                 sock_entries: g.rps_sock_flow_entries,
@@ -201,14 +203,21 @@ pub fn run_scenario(s: &Scenario, root: &Path, scenario_dir: &Path, opts: &Optio
     let t0 = std::time::Instant::now();
     let topo = topology(s)?;
     let specs = run_specs(s, opts.seed)?;
-    let mut runs = Vec::new();
-    for ((label, sysctls, spec), run) in specs.into_iter().zip(s.runs()) {
-        let pname = run.profile.as_deref().unwrap_or(&s.profile);
-        let ppath = crate::runner::resolve_profile(pname, root, scenario_dir)?;
-        let profile = Profile::load(&ppath)?;
-        let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, Driver::new(opts.twin))?;
-        runs.push(run_report(label, sysctls, &spec, &profile.name, s.kernel_for(&run), &o));
-    }
+    // The runs are independent: one per core (rayon), in the scenario's order.
+    use rayon::prelude::*;
+    let runs = specs
+        .into_iter()
+        .zip(s.runs())
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|((label, sysctls, spec), run)| {
+            let pname = run.profile.as_deref().unwrap_or(&s.profile);
+            let ppath = crate::runner::resolve_profile(pname, root, scenario_dir)?;
+            let profile = Profile::load(&ppath)?;
+            let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, Driver::new(opts.twin))?;
+            Ok(run_report(label, sysctls, &spec, &profile.name, s.kernel_for(&run), &o))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let v = &s.vm;
     Ok(Report {
         schema_version: SCHEMA_VERSION,
