@@ -99,7 +99,6 @@ pub struct Outcome {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    Packet(u32),
     /// The link partner's pure ACK of an answer (TCP).
     Ack(u32),
     Hop(u32),
@@ -114,7 +113,6 @@ enum Ev {
 struct FlowState {
     key: FlowKey,
     hash: u32,
-    interval_ns: u64,
     packets: u64,
     last_queue: u16,
     /// The CPU of the thread that read its last request.
@@ -150,12 +148,21 @@ struct Sim<'a> {
     now: u64,
     seq: u64,
     heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
-    nic: Nic,
+    /// The requests: every flow sends one per interval at its own phase, so the arrivals
+    /// repeat the flows' phase order each interval; a cursor walks them instead of a heap
+    /// entry per flow.
+    arrivals: Arrivals,
+    nic: &'a Nic,
+    /// The device's classifier (RSS snapshot, filter table reader), renewed every
+    /// simulated second so the table's retired entries are reclaimed.
+    cls: crate::model::nic::Classifier<'a>,
     engine: Engine,
     out: Vec<Output>,
     rfs: Rfs,
     driver: Driver,
+    /// In arrival order: flow f is `flows[pos[f]]`.
     flows: Vec<FlowState>,
+    pos: Vec<u32>,
     workers: Vec<Worker>,
     /// Work stealing: who reads the next request.
     rng: ChaCha8Rng,
@@ -165,6 +172,31 @@ struct Sim<'a> {
     filter_per_queue: Vec<u64>,
     packets: u64,
     events: u64,
+}
+
+/// Every flow's requests: flow f at `phase_f + k * interval` for k = 0, 1, …
+struct Arrivals {
+    /// (phase, flow), in time order.
+    phases: Vec<(u64, u32)>,
+    interval: u64,
+    /// The next arrival: `phases[next]` in the interval starting at `base`.
+    next: usize,
+    base: u64,
+}
+
+impl Arrivals {
+    fn peek(&self) -> Option<(u64, u32)> {
+        let &(phase, f) = self.phases.get(self.next)?;
+        Some((self.base.saturating_add(phase), f))
+    }
+
+    fn advance(&mut self) {
+        self.next += 1;
+        if self.next == self.phases.len() {
+            self.next = 0;
+            self.base = self.base.saturating_add(self.interval);
+        }
+    }
 }
 
 /// The link partner's delayed ACK (smoltcp's default): a pooled connection's answer is
@@ -193,12 +225,13 @@ pub fn simulate(
     driver: Driver,
 ) -> Result<Outcome, TwinError> {
     let nic = Nic::new(profile, queues).map_err(|e| TwinError::field("nic.queues", e.to_string()))?;
+    let nic = &nic;
     let engine = Engine::new(profile, nic.table().clone(), 0);
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let per_flow = spec.rate_pps / f64::from(spec.flows.max(1));
     let interval_ns = if per_flow > 0.0 { (1e9 / per_flow).max(1.0) as u64 } else { u64::MAX };
     let log = (spec.flow_cnt > 0).then(|| spec.flow_cnt.trailing_zeros() as u8);
-    let flows: Vec<FlowState> = (0..spec.flows)
+    let mut flows: Vec<FlowState> = (0..spec.flows)
         .map(|i| FlowState {
             key: flow_key(spec.proto, i),
             // The guest's skb hash is the kernel's software flow hash, keyed per boot:
@@ -208,7 +241,6 @@ pub fn simulate(
                 (Some(slot), Some(log)) => super::rfs::hash_in_slot(spec.kernel, slot, log, rng.random()),
                 _ => rng.random_range(1..=u32::MAX),
             },
-            interval_ns,
             packets: 0,
             last_queue: 0,
             app_cpu: 0,
@@ -222,6 +254,21 @@ pub fn simulate(
             Worker { cpu: c, start_cpu: c, hops: 0, id: w }
         })
         .collect();
+    // The requests' phases; the flows' states are kept in arrival order, so the packet
+    // path walks them in memory order.
+    let mut phases: Vec<(u64, u32)> = Vec::new();
+    let mut pos: Vec<u32> = (0..spec.flows).collect();
+    if interval_ns != u64::MAX {
+        phases = (0..spec.flows).map(|f| (rng.random_range(0..interval_ns), f)).collect();
+        phases.sort_unstable();
+        let mut by_arrival = Vec::with_capacity(flows.len());
+        let mut taken: Vec<Option<FlowState>> = flows.into_iter().map(Some).collect();
+        for (i, &(_, f)) in phases.iter().enumerate() {
+            pos[f as usize] = i as u32;
+            by_arrival.push(taken[f as usize].take().expect("each flow once"));
+        }
+        flows = by_arrival;
+    }
     let rfs = Rfs::new(spec.kernel, topo.cpus(), queues, spec.sock_entries, spec.flow_cnt, spec.llc_skip, spec.arfs);
     let mut sim = Sim {
         spec,
@@ -229,12 +276,15 @@ pub fn simulate(
         now: 0,
         seq: 0,
         heap: BinaryHeap::new(),
+        arrivals: Arrivals { phases, interval: interval_ns, next: 0, base: 0 },
         nic,
+        cls: nic.classifier(),
         engine,
         out: Vec::new(),
         rfs,
         driver,
         flows,
+        pos,
         workers,
         rng: ChaCha8Rng::seed_from_u64(spec.seed ^ 0x5eed_57ea),
         exec: Exec::Idle,
@@ -244,12 +294,6 @@ pub fn simulate(
         packets: 0,
         events: 0,
     };
-    for f in 0..spec.flows {
-        if interval_ns != u64::MAX {
-            let phase = rng.random_range(0..interval_ns);
-            sim.push(phase, Ev::Packet(f));
-        }
-    }
     if matches!(spec.pattern, Pattern::HopWithinLlc | Pattern::HopAcrossLlc) && spec.workers > 0 {
         for w in 0..spec.workers {
             // arfs-echo: worker i first hops (1 + i / W) periods after the start.
@@ -291,7 +335,12 @@ impl Sim<'_> {
     fn run(&mut self) {
         let end = self.spec.duration_ns;
         loop {
-            let next = self.heap.peek().map(|Reverse((t, _, _))| *t);
+            let heap_next = self.heap.peek().map(|Reverse((t, _, _))| *t);
+            let packet_next = self.arrivals.peek();
+            let next = match (heap_next, packet_next) {
+                (Some(h), Some((p, _))) => Some(h.min(p)),
+                (h, p) => h.or(p.map(|(t, _)| t)),
+            };
             // The device's own deadlines (command completions) come first when earlier.
             if let Some(d) = self.engine.next_deadline() {
                 if next.is_none_or(|t| d <= t) && d <= end {
@@ -301,6 +350,17 @@ impl Sim<'_> {
                     continue;
                 }
             }
+            // A request, unless an event is due first (or at the same time).
+            if let Some((t, f)) = packet_next.filter(|&(p, _)| heap_next.is_none_or(|h| p < h)) {
+                if t > end {
+                    break;
+                }
+                self.arrivals.advance();
+                self.now = t;
+                self.events += 1;
+                self.packet(f);
+                continue;
+            }
             let Some(Reverse((t, _, ev))) = self.heap.pop() else { break };
             if t > end {
                 break;
@@ -308,7 +368,6 @@ impl Sim<'_> {
             self.now = t;
             self.events += 1;
             match ev {
-                Ev::Packet(f) => self.packet(f),
                 Ev::Ack(f) => {
                     self.rx(f, 54);
                     self.kick_wq();
@@ -332,15 +391,16 @@ impl Sim<'_> {
                         lock_contended: c.lock_contended,
                         lock_wait_ns: c.lock_wait_ns,
                     });
+                    self.cls = self.nic.classifier();
                     self.push(t + 1_000_000_000, Ev::Sample);
                 }
             }
         }
     }
 
-    /// A request of flow `f`: received, read by a worker, answered; the next request is
-    /// due one interval later and, over TCP, the partner's ACK of the answer
-    /// `TCP_ACK_DELAY_NS` later.
+    /// A request of flow `f`: received, read by a worker, answered; over TCP the partner's
+    /// ACK of the answer follows `TCP_ACK_DELAY_NS` later (the next request is due one
+    /// interval later, [`Arrivals`]).
     fn packet(&mut self, f: u32) {
         let t = self.now;
         let hash = self.rx(f, 42 + self.spec.payload);
@@ -354,14 +414,12 @@ impl Sim<'_> {
             }
             _ => (!self.workers.is_empty()).then(|| f % self.spec.workers),
         };
-        let fl = &mut self.flows[f as usize];
+        let fl = &mut self.flows[self.pos[f as usize] as usize];
         if let Some(w) = w {
             let cpu = self.workers[w as usize].cpu;
             self.rfs.record_sock_flow(hash, cpu);
             fl.app_cpu = cpu;
         }
-        let next = t.saturating_add(fl.interval_ns);
-        self.push(next, Ev::Packet(f));
         if self.spec.proto == Proto::Tcp {
             self.push(t + TCP_ACK_DELAY_NS, Ev::Ack(f));
         }
@@ -371,9 +429,9 @@ impl Sim<'_> {
     /// One packet of flow `f` through the device and `get_rps_cpu()`; returns its hash.
     fn rx(&mut self, f: u32, len: usize) -> u32 {
         let t = self.now;
-        let fl = &self.flows[f as usize];
+        let fl = &self.flows[self.pos[f as usize] as usize];
         let (key, hash) = (fl.key, fl.hash);
-        let d = self.nic.classifier().decide_key(&key, len, t);
+        let d = self.cls.decide_key(&key, len, t);
         let q = d.and_then(|d| d.queue).unwrap_or(0);
         let via_filter = d.is_some_and(|d| d.filter.is_some());
         self.packets += 1;
@@ -383,7 +441,7 @@ impl Sim<'_> {
         }
         let driver = &mut self.driver;
         self.rfs.receive(self.topo, q, hash, |rxq, flow_id| driver.steer(t, f, rxq, flow_id));
-        let fl = &mut self.flows[f as usize];
+        let fl = &mut self.flows[self.pos[f as usize] as usize];
         fl.packets += 1;
         fl.last_queue = q;
         if via_filter {
@@ -441,7 +499,14 @@ impl Sim<'_> {
                 self.driver.ctr.work_delay_ns += t.saturating_sub(queued);
                 let action = Action::Queue(rxq);
                 let (cmd, add) = match hw {
-                    Hw::None => (Command::Add { id: u32::from(id), key: self.flows[flow as usize].key, action }, true),
+                    Hw::None => (
+                        Command::Add {
+                            id: u32::from(id),
+                            key: self.flows[self.pos[flow as usize] as usize].key,
+                            action,
+                        },
+                        true,
+                    ),
                     Hw::Installed => (Command::Mod { id: u32::from(id), action }, false),
                 };
                 self.exec = Exec::RuleCmd { id, add };
