@@ -60,6 +60,9 @@ else
     echo "SKIPPED: guest-tests/perf/vs-dpdk.sh needs dpdk-testpmd (Debian's dpdk-dev); run as root to install it" >&2
 fi
 
+step "model mode at seed scale in release: demo --model and model --bench (tests/model_mode.rs)"
+cargo test --locked --release --test model_mode -- --ignored --nocapture
+
 step "HTML report in a headless browser (tests/html_report.rs)"
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-headless-shell >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium

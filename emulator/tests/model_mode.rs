@@ -224,6 +224,7 @@ fn pods_and_numa_nodes_are_model_only_and_checked() {
 }
 
 #[test]
+#[ignore = "the seed-scale runs take 40 s in a debug build; guest-tests/run-tests.sh runs it in release"]
 fn demo_model_prints_the_seed_scale_tables_without_a_vm() {
     let out = tempfile::tempdir().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_arfsnic"))
@@ -241,4 +242,17 @@ fn demo_model_prints_the_seed_scale_tables_without_a_vm() {
     let r = arfsnic::report::Report::load(&out.path().join("seed-testbed.json"), "report").unwrap();
     assert_eq!(r.mode.as_deref(), Some("model"));
     assert!(std::fs::read_to_string(out.path().join("contention.svg")).unwrap().contains("<svg"));
+}
+
+#[test]
+#[ignore = "30 M events take 25 s in a debug build; guest-tests/run-tests.sh runs it in release"]
+fn bench_runs_both_rates_and_reports_memory() {
+    // The figures are the benchmark's (docs/model.md, "Speed"); here only that it runs
+    // both passes at the scenario's size and says what it measured.
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_arfsnic")).args(["model", "--bench"]).current_dir(root()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("| 256 | 12288 | 1000000 | 10 |") && out.contains("| 256 | 12288 | 10000000 | 2 |"), "{out}");
+    assert!(out.contains("Peak resident memory of the process:") && !out.contains("unknown"), "{out}");
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub struct ModelArgs {
     /// Scenario: a name in configs/scenarios/ (llc-within) or a file.
     /// With --contention: the curve's unit (default: contention).
-    #[arg(long, required_unless_present_any = ["fidelity", "contention"])]
+    #[arg(long, required_unless_present_any = ["fidelity", "contention", "bench"])]
     pub scenario: Option<String>,
     /// Write the JSON report here.
     #[arg(long, value_name = "OUT")]
@@ -36,6 +36,11 @@ pub struct ModelArgs {
     /// the twin, the runs spread over the cores.
     #[arg(long, conflicts_with = "fidelity")]
     pub contention: bool,
+    /// The speed benchmark: configs/scenarios/model-bench.toml (256 CPUs, 12 288 flows)
+    /// at 1 M requests/s for 10 simulated seconds and at 10 M/s for 2, one run on one
+    /// core each: simulated time against wall time, and the process's peak memory.
+    #[arg(long, conflicts_with_all = ["fidelity", "contention"])]
+    pub bench: bool,
     /// --contention: CPU counts.
     #[arg(long, value_delimiter = ',', default_values_t = crate::twin::contention::CPUS)]
     pub cpus: Vec<u32>,
@@ -56,7 +61,11 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
     if a.fidelity {
         return model_fidelity(a, &root, twin);
     }
-    let default = if a.contention { "contention" } else { "" };
+    let default = match (a.contention, a.bench) {
+        (true, _) => "contention",
+        (_, true) => "model-bench",
+        _ => "",
+    };
     let spec = a.scenario.as_deref().unwrap_or(default);
     let path = if spec.contains('/') || spec.ends_with(".toml") {
         PathBuf::from(spec)
@@ -68,6 +77,9 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
     let opts = crate::twin::Options { seed: a.seed, twin };
     if a.contention {
         return model_contention(a, &root, &path, &s, &opts);
+    }
+    if a.bench {
+        return model_bench(a, &root, &path, &s, &opts);
     }
     let report = crate::twin::run_scenario(&s, &root, dir, &opts)?;
     println!("{}", crate::report::results::table(&crate::report::results::rows(&report)).trim_end());
@@ -241,4 +253,63 @@ pub fn contention_series(points: &[crate::twin::contention::Point]) -> Vec<(Stri
         }
     }
     series
+}
+
+/// `--bench`: the scenario as written, then at 10× its rate for a fifth of its duration;
+/// per pass the simulated seconds per wall second.
+fn model_bench(
+    a: &ModelArgs,
+    root: &std::path::Path,
+    path: &std::path::Path,
+    base: &crate::runner::scenario::Scenario,
+    opts: &crate::twin::Options,
+) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let mut fast = base.clone();
+    fast.traffic.rate_pps = base.traffic.rate_pps.saturating_mul(10);
+    fast.duration_s = (base.duration_s / 5.0).max(2.0);
+    fast.warmup_s = fast.warmup_s.min(fast.duration_s - 1.0);
+    fast.validate().map_err(|e| anyhow::anyhow!("--bench at 10x the rate: {e}"))?;
+    let mut table = String::from(
+        "| CPUs | flows | requests/s | simulated s | wall s | × real time | events | events/s of wall |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    // One run at a time on this thread: the figure is one core's.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    for s in [base, &fast] {
+        let r = pool.install(|| crate::twin::run_scenario(s, root, dir, opts))?;
+        let events: u64 = r.runs.iter().filter_map(|x| x.driver()?.counters.get("twin_events").copied()).sum();
+        let sim_s = s.duration_s * r.runs.len() as f64;
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {} | {:.2} M |\n",
+            s.vm.vcpus,
+            s.traffic.flows,
+            s.traffic.rate_pps,
+            sim_s,
+            r.wall_s,
+            sim_s / r.wall_s,
+            events,
+            events as f64 / r.wall_s / 1e6
+        ));
+    }
+    let peak = peak_rss_mib();
+    let note = format!(
+        "\nPeak resident memory of the process: {}.\n",
+        peak.map_or("unknown".into(), |m| format!("{m:.0} MiB"))
+    );
+    match (&a.update, &a.name) {
+        (Some(file), Some(name)) => {
+            let rel = [path.strip_prefix(root).unwrap_or(path).to_path_buf()];
+            super::update_between_markers(file, name, &format!("{table}{note}"), &rel, 2, "arfsnic model --bench")?
+        }
+        _ => print!("{table}{note}"),
+    }
+    Ok(())
+}
+
+/// `VmHWM` of /proc/self/status in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 =
+        s.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb / 1024.0)
 }
