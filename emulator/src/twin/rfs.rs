@@ -33,7 +33,9 @@ impl KernelRfs {
         let major: u32 = it.next()?.parse().ok()?;
         let minor: u32 = it.next()?.parse().ok()?;
         match (major, minor) {
-            (6, 10..=17) => Some(KernelRfs::V6_12),
+            // 6.16 took `rfs_slot()`'s hash_32 (Eric Dumazet, May 2025) without the
+            // active-flow check (Krishna Kumar, 6.18): a generation the twin lacks.
+            (6, 10..=15) => Some(KernelRfs::V6_12),
             (6, 18..) | (7.., _) => Some(KernelRfs::V7_3),
             _ => None,
         }
@@ -333,6 +335,8 @@ mod tests {
         assert_eq!(KernelRfs::of_kernel("patched-7.3"), Some(KernelRfs::V7_3));
         assert_eq!(KernelRfs::of_kernel("debian-6.12"), Some(KernelRfs::V6_12));
         assert_eq!(KernelRfs::of_kernel("debian-6.1"), None);
+        assert_eq!(KernelRfs::of_kernel("vanilla-6.17"), None);
+        assert_eq!(KernelRfs::of_kernel("debian-6.18"), Some(KernelRfs::V7_3));
     }
 
     #[test]
