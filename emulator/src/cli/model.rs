@@ -11,7 +11,7 @@ pub struct ModelArgs {
     #[arg(long, required_unless_present_any = ["fidelity", "contention", "bench"])]
     pub scenario: Option<String>,
     /// Write the JSON report here.
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "OUT", conflicts_with_all = ["fidelity", "contention", "bench"])]
     pub json: Option<PathBuf>,
     /// Seed of the flows' hashes and packet phases (run i uses SEED + i).
     #[arg(long, default_value_t = 1)]
@@ -44,8 +44,9 @@ pub struct ModelArgs {
     /// --contention: CPU counts.
     #[arg(long, value_delimiter = ',', default_values_t = crate::twin::contention::CPUS)]
     pub cpus: Vec<u32>,
-    /// --contention: write the curve (contended % against CPUs) as an SVG plot.
-    #[arg(long, value_name = "FILE")]
+    /// Write the plot as SVG: with --contention the curve (contended % against CPUs), for
+    /// a scenario whose runs vary `rps_flow_cnt` Steer-C against it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["fidelity", "bench"])]
     pub svg: Option<PathBuf>,
     /// Write the table (runs, fidelity or contention) between `<!-- results:NAME -->`
     /// markers of FILE.
@@ -84,10 +85,21 @@ pub fn run(a: &ModelArgs) -> anyhow::Result<()> {
     let report = crate::twin::run_scenario(&s, &root, dir, &opts)?;
     println!("{}", crate::report::results::table(&crate::report::results::rows(&report)).trim_end());
     eprintln!("model: {} run(s) in {:.2} s wall", report.runs.len(), report.wall_s);
+    // A sweep of rps_flow_cnt in Krishna Kumar's shape, else the runs' rates.
+    let sweep = crate::report::sweep::sweep(&report);
     if let (Some(file), Some(name)) = (&a.update, &a.name) {
         let rel = [path.strip_prefix(&root).unwrap_or(&path).to_path_buf()];
         let generator = format!("arfsnic model --scenario {} --twin {}", s.name, a.twin);
-        super::update_between_markers(file, name, &runs_markdown(&report), &rel, report.runs.len(), &generator)?;
+        let table = sweep.as_ref().map_or_else(|| runs_markdown(&report), crate::report::sweep::markdown);
+        super::update_between_markers(file, name, &table, &rel, report.runs.len(), &generator)?;
+    }
+    if let Some(out) = &a.svg {
+        let sw = sweep.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("--svg: {} has no plot (its runs do not vary rps_flow_cnt; --contention has one)", s.name)
+        })?;
+        std::fs::write(out, crate::report::sweep::svg(sw)?)
+            .map_err(|e| anyhow::anyhow!("--svg {}: {e}", out.display()))?;
+        eprintln!("wrote {}", out.display());
     }
     if let Some(out) = &a.json {
         std::fs::write(out, report.to_json_pretty()).map_err(|e| anyhow::anyhow!("--json {}: {e}", out.display()))?;
@@ -127,7 +139,7 @@ fn model_fidelity(a: &ModelArgs, root: &std::path::Path, twin: crate::twin::driv
     Ok(())
 }
 
-/// The contention curve: table (stdout or between markers), SVG, JSON of the points.
+/// The contention curve: its table (stdout or between markers) and SVG.
 fn model_contention(
     a: &ModelArgs,
     root: &std::path::Path,
@@ -195,8 +207,8 @@ pub fn runs_markdown(r: &crate::report::schema::Report) -> String {
 
 /// `arfsnic demo --model`: the seed-scale tables without a kernel build or QEMU — the
 /// seed's test bed (configs/scenarios/seed-testbed.toml) and the `arfs_lock` contention
-/// curve (contention.toml at 4 … 256 CPUs), twin `native`; reports, tables and the
-/// curve's SVG in `out`.
+/// curve (contention.toml at 4 … 256 CPUs), twin `native`, and Krishna Kumar's table
+/// (krishna-ice.toml), twin `ice`; reports, tables and plots in `out`.
 pub fn demo_model(out: &std::path::Path) -> anyhow::Result<()> {
     use crate::twin::{contention, Options};
     let t0 = std::time::Instant::now();
@@ -228,13 +240,27 @@ pub fn demo_model(out: &std::path::Path) -> anyhow::Result<()> {
         &contention_series(&points),
     )?;
     write("contention.svg", &svg)?;
+    let krishna = crate::runner::scenario::Scenario::load(&dir.join("krishna-ice.toml"))?;
+    let ice = Options { seed: 1, twin: crate::twin::load_twin_profile("ice", &root)? };
+    let report = crate::twin::run_scenario(&krishna, &root, &dir, &ice)?;
+    write("krishna-ice.json", &report.to_json_pretty())?;
+    let sw = crate::report::sweep::sweep(&report)
+        .ok_or_else(|| anyhow::anyhow!("krishna-ice.toml: its runs do not vary rps_flow_cnt"))?;
+    let krishna_table = crate::report::sweep::markdown(&sw);
+    println!(
+        "Krishna Kumar's table in the twin (ice, 144 CPUs = 144 queues, 12 288 TCP flows; krishna-ice.toml, twin ice):"
+    );
+    println!("{krishna_table}");
+    println!("The posting (8 min per size): old 121.7 M Steer-C at 256 falling to 965.1 K at 32768, new 11-15 K everywhere.\n");
+    write("krishna-ice.svg", &crate::report::sweep::svg(&sw)?)?;
     write(
         "model.md",
-        &format!("# arfsnic demo --model\n\n## Seed test bed\n\n{seed_table}\n## Contention\n\n{curve}"),
+        &format!(
+            "# arfsnic demo --model\n\n## Seed test bed\n\n{seed_table}\n## Contention\n\n{curve}\n## Krishna Kumar's table\n\n{krishna_table}"
+        ),
     )?;
-    println!("Krishna Kumar's 144-queue table is not in model mode yet (docs/model.md).");
     println!(
-        "docs/model.md says what the twin models and how far it agrees with the VM. Wrote {}/{{seed-testbed.json,model.md,contention.svg}} in {:.1} s.",
+        "docs/model.md says what the twin models and how far it agrees with the VM. Wrote {}/{{seed-testbed.json,krishna-ice.json,model.md,contention.svg,krishna-ice.svg}} in {:.1} s.",
         out.display(),
         t0.elapsed().as_secs_f64()
     );

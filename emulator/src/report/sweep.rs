@@ -18,7 +18,8 @@ pub struct Cell {
     pub steer_per_s: Option<f64>,
     pub adds: u64,
     pub dels: u64,
-    pub rtt_p50_us: f64,
+    /// `None` without requests on the link (a model report).
+    pub rtt_p50_us: Option<f64>,
     pub guest_cpu_pct: Option<f64>,
 }
 
@@ -42,7 +43,7 @@ fn cell_of(r: &RunReport) -> Option<Cell> {
         steer_per_s: d.steer_calls_per_s,
         adds: d.adds_ok,
         dels: d.dels_ok,
-        rtt_p50_us: r.link.rtt_us_p50,
+        rtt_p50_us: (r.link.requests > 0).then_some(r.link.rtt_us_p50),
         guest_cpu_pct: r.guest_cpu_pct,
     })
 }
@@ -154,7 +155,7 @@ fn cells_of(s: &Sweep, size: u32) -> Vec<String> {
     for k in &s.kernels {
         match s.cell(size, k) {
             Some(c) => out.extend([
-                format!("{:.0}", c.rtt_p50_us),
+                opt(c.rtt_p50_us, 0),
                 opt(c.guest_cpu_pct, 1),
                 c.adds.to_string(),
                 c.dels.to_string(),

@@ -4,13 +4,32 @@
 //! on an ordered workqueue that sends ADD or MOD to the device, and an expiry scan (at
 //! most `expire_quota` rules) after every rule work and every `expire_interval_ms`.
 //!
+//! With `driver = "ice"` in the twin profile it is shaped as ice's `ice_arfs.c` instead:
+//! every `ndo_rx_flow_steer` takes the lock and only records or re-targets its entry, and
+//! the service task — scheduled by such a steer unless already scheduled, and every
+//! second — programs every recorded entry and deletes every expired one in one pass
+//! (no quota), then clears its scheduled bit.
+//!
 //! Time is explicit: `arfs_lock` is a resource with a hold time per critical section
 //! (`TwinProfile`), so contention comes from overlapping holds, not from host threads.
 
 use std::collections::{BTreeMap, VecDeque};
 
+/// Which driver's aRFS bookkeeping the twin runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverStyle {
+    /// mlx5's `en_arfs.c` and our module: a work per rule, expiry after each work.
+    #[default]
+    Mlx5,
+    /// ice's `ice_arfs.c`: entries recorded under the lock, programmed and expired by the
+    /// service task in batches.
+    Ice,
+}
+
 /// The CPU cost of the driver's critical sections and its workqueue: `configs/twin/*.toml`
-/// (docs/model.md says where the values come from). Every field is required.
+/// (docs/model.md says where the values come from). Every field is required but
+/// `driver` (mlx5 when absent).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TwinProfile {
@@ -27,6 +46,8 @@ pub struct TwinProfile {
     /// Module parameters (`expire_quota`, `expire_interval_ms`).
     pub expire_quota: u32,
     pub expire_interval_ms: u32,
+    #[serde(default)]
+    pub driver: DriverStyle,
 }
 
 impl Default for TwinProfile {
@@ -40,6 +61,7 @@ impl Default for TwinProfile {
             transport_ns: 30_000,
             expire_quota: 60,
             expire_interval_ms: 1000,
+            driver: DriverStyle::Mlx5,
         }
     }
 }
@@ -89,6 +111,8 @@ pub struct Rule {
 pub enum Work {
     Rule(u16),
     Expire,
+    /// ice's service task.
+    Sync,
 }
 
 /// The driver's counters (names as the module's STATS).
@@ -130,6 +154,8 @@ pub struct Driver {
     pub ctr: DriverCounters,
     /// The device's last ENGINE_STATE event said disabled.
     pub engine_disabled: bool,
+    /// ice: the service task is scheduled or running (`ICE_SERVICE_SCHED`).
+    pub sync_scheduled: bool,
 }
 
 /// `RPS_NO_FILTER`: filter ids wrap below it.
@@ -148,6 +174,7 @@ impl Driver {
             wq: VecDeque::new(),
             ctr: DriverCounters::default(),
             engine_disabled: false,
+            sync_scheduled: false,
         }
     }
 
@@ -170,6 +197,9 @@ impl Driver {
 
     /// `ndo_rx_flow_steer` for `flow` to `rxq`, slot `flow_id`, at `t`: the filter id.
     pub fn steer(&mut self, t: u64, flow: u32, rxq: u16, flow_id: u32) -> i32 {
+        if self.profile.driver == DriverStyle::Ice {
+            return self.steer_ice(t, flow, rxq, flow_id);
+        }
         self.ctr.steer_calls += 1;
         // The lockless same check (not while the engine is disabled), then the locked path.
         if self.engine_disabled {
@@ -189,25 +219,10 @@ impl Driver {
                 self.ctr.steer_update += 1;
                 id
             }
-            None => {
-                let id = (self.last_filter_id % NO_FILTER) as u16;
-                self.last_filter_id = self.last_filter_id.wrapping_add(1);
-                if self.rules.contains_key(&id) {
-                    // 65535 rules live: the module's id hash would hold two; never at the
-                    // scales of the scenarios, refused here instead of aliasing.
-                    return -libc::ENOSPC;
-                }
-                let rule = Rule { flow, rxq, flow_id, filter_id: id, hw: Hw::None, busy: false, pending: false };
-                self.rules.insert(id, rule);
-                let f = flow as usize;
-                if f >= self.by_flow.len() {
-                    self.by_flow.resize(f + 1, NO_RULE);
-                }
-                self.by_flow[f] = id;
-                self.ctr.steer_new += 1;
-                self.ctr.rules_peak = self.ctr.rules_peak.max(self.rules.len() as u64);
-                id
-            }
+            None => match self.new_rule(flow, rxq, flow_id) {
+                Some(id) => id,
+                None => return -libc::ENOSPC,
+            },
         };
         let r = self.rules.get_mut(&id).expect("rule just found or made");
         if !r.busy {
@@ -216,6 +231,89 @@ impl Driver {
             self.wq.push_back((Work::Rule(id), t));
         }
         i32::from(id)
+    }
+
+    /// A rule for `flow` under the next filter id (`None`: that id is still live).
+    fn new_rule(&mut self, flow: u32, rxq: u16, flow_id: u32) -> Option<u16> {
+        let id = (self.last_filter_id % NO_FILTER) as u16;
+        self.last_filter_id = self.last_filter_id.wrapping_add(1);
+        if self.rules.contains_key(&id) {
+            // 65535 rules live: the module's id hash would hold two; never at the scales
+            // of the scenarios, refused instead of aliasing.
+            return None;
+        }
+        let rule = Rule { flow, rxq, flow_id, filter_id: id, hw: Hw::None, busy: false, pending: false };
+        self.rules.insert(id, rule);
+        let f = flow as usize;
+        if f >= self.by_flow.len() {
+            self.by_flow.resize(f + 1, NO_RULE);
+        }
+        self.by_flow[f] = id;
+        self.ctr.steer_new += 1;
+        self.ctr.rules_peak = self.ctr.rules_peak.max(self.rules.len() as u64);
+        Some(id)
+    }
+
+    /// ice's `ice_rx_flow_steer()`: under the lock, the flow's entry keeps its queue (or
+    /// still waits for the service task: `pending`, ICE_ARFS_INACTIVE) and its id is the
+    /// answer; or it is re-targeted, or made, and waits for the service task, which this
+    /// schedules unless it already is.
+    fn steer_ice(&mut self, t: u64, flow: u32, rxq: u16, flow_id: u32) -> i32 {
+        self.ctr.steer_calls += 1;
+        self.lock(t, self.profile.steer_hold_ns);
+        if self.engine_disabled {
+            self.ctr.steer_eperm += 1;
+            return -libc::EPERM;
+        }
+        let id = match self.rule_of(flow).map(|r| (r.filter_id, r.rxq == rxq || r.pending)) {
+            Some((id, true)) => {
+                self.ctr.steer_same += 1;
+                return i32::from(id);
+            }
+            Some((id, false)) => {
+                let r = self.rules.get_mut(&id).expect("by_flow names a live rule");
+                (r.rxq, r.pending) = (rxq, true);
+                self.ctr.steer_update += 1;
+                id
+            }
+            None => match self.new_rule(flow, rxq, flow_id) {
+                Some(id) => {
+                    self.rules.get_mut(&id).expect("just made").pending = true;
+                    id
+                }
+                None => return -libc::ENOSPC,
+            },
+        };
+        self.schedule_sync(t);
+        i32::from(id)
+    }
+
+    /// `ice_service_task_schedule()`: queue the service task unless it is scheduled or
+    /// running.
+    pub fn schedule_sync(&mut self, t: u64) {
+        if !self.sync_scheduled {
+            self.sync_scheduled = true;
+            self.wq.push_back((Work::Sync, t));
+        }
+    }
+
+    /// ice's `ice_sync_arfs_fltrs()` under the lock: every waiting entry to be programmed
+    /// (ADD, or MOD when it has a device filter), every programmed entry `may_expire`
+    /// lets go unlinked (no quota). Returns (to program, gone, lock released at).
+    pub fn sync(&mut self, t: u64, mut may_expire: impl FnMut(&Rule) -> bool) -> (Vec<u16>, Vec<Rule>, u64) {
+        self.ctr.expire_scans += 1;
+        let (mut program, mut gone_ids) = (Vec::new(), Vec::new());
+        for (id, r) in self.rules.iter_mut() {
+            if r.pending {
+                r.pending = false;
+                program.push(*id);
+            } else if may_expire(r) {
+                gone_ids.push(*id);
+            }
+        }
+        let scanned = self.rules.len() as u64;
+        let (gone, done) = self.unlink_scanned(t, gone_ids, scanned);
+        (program, gone, done)
     }
 
     /// The expiry scan: the rules `may_expire` lets go (at most `expire_quota`), unlinked;
@@ -234,6 +332,12 @@ impl Driver {
                 gone_ids.push(*id);
             }
         }
+        self.unlink_scanned(t, gone_ids, scanned)
+    }
+
+    /// Unlink the rules a scan of `scanned` rules let go, holding the lock for the scan;
+    /// returns them with the time the lock was released.
+    fn unlink_scanned(&mut self, t: u64, gone_ids: Vec<u16>, scanned: u64) -> (Vec<Rule>, u64) {
         let mut gone = Vec::with_capacity(gone_ids.len());
         for id in gone_ids {
             let r = self.rules.remove(&id).expect("listed");
@@ -270,6 +374,31 @@ mod tests {
         (r.busy, r.pending) = (false, false);
         assert_eq!(d.steer(20, 7, 3, 99), id);
         assert_eq!((d.ctr.steer_update, d.wq.len()), (1, 2));
+    }
+
+    #[test]
+    fn ice_records_under_the_lock_and_its_service_task_programs_and_expires_in_one_pass() {
+        let mut d = Driver::new(TwinProfile { driver: DriverStyle::Ice, ..TwinProfile::default() });
+        let a = d.steer(0, 1, 2, 10);
+        let b = d.steer(5, 2, 3, 11);
+        // One service task for both, every call under the lock.
+        assert_eq!((d.wq.len(), d.ctr.lock_acquired, d.ctr.steer_new), (1, 2, 2));
+        // Waiting for the service task: the same id, whatever the queue.
+        assert_eq!(d.steer(6, 1, 0, 10), a);
+        assert_eq!(d.ctr.steer_same, 1);
+        let (program, gone, _) = d.sync(100, |_| true);
+        assert_eq!((program.len(), gone.len()), (2, 0), "programmed, not yet expirable");
+        d.sync_scheduled = false;
+        for id in program {
+            d.rules.get_mut(&id).unwrap().hw = Hw::Installed;
+        }
+        // Programmed: a move re-targets the entry and schedules the task again.
+        assert_eq!(d.steer(200, 1, 0, 10), a);
+        assert_eq!((d.ctr.steer_update, d.wq.len()), (1, 2));
+        let (program, gone, _) = d.sync(300, |r| r.filter_id == b as u16);
+        assert_eq!(program, vec![a as u16]);
+        assert_eq!(gone.iter().map(|r| i32::from(r.filter_id)).collect::<Vec<_>>(), vec![b]);
+        assert!(d.rule_of(2).is_none());
     }
 
     #[test]

@@ -144,7 +144,7 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
         let kernel = KernelRfs::of_kernel(kname).ok_or_else(|| {
             TwinError::field(
                 &format!("runs[{i}].kernel"),
-                format!("{kname:?}: the twin models 6.10-6.15 (as 6.12) and >= 6.18 (as 7.3), not 6.16-6.17 (hash_32 slots without the active-flow check)"),
+                format!("{kname:?}: the twin models 6.10-6.15 (as 6.12), 6.16-6.17 and >= 6.18 (as 7.3)"),
             )
         })?;
         let sysctls = s.sysctls_for(run);

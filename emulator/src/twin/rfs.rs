@@ -20,6 +20,9 @@ pub enum KernelRfs {
     /// 6.12: `flow_id = hash & mask`, no active-flow check in `set_rps_cpu()`, expiry
     /// after `10 * mask` packets of the flow's CPU.
     V6_12,
+    /// 6.16–6.17: 7.3's `rfs_slot()` and `10 << log` (Eric Dumazet, May 2025) without the
+    /// active-flow check — the "org code" of Krishna Kumar's table.
+    V6_16,
     /// ≥ 6.18 (7.3 here): `rfs_slot()` = `hash_32(hash, log)`, `rps_flow_is_active()`
     /// guards a slot another live flow holds, expiry after `10 << log` packets.
     V7_3,
@@ -33,9 +36,8 @@ impl KernelRfs {
         let major: u32 = it.next()?.parse().ok()?;
         let minor: u32 = it.next()?.parse().ok()?;
         match (major, minor) {
-            // 6.16 took `rfs_slot()`'s hash_32 (Eric Dumazet, May 2025) without the
-            // active-flow check (Krishna Kumar, 6.18): a generation the twin lacks.
             (6, 10..=15) => Some(KernelRfs::V6_12),
+            (6, 16..=17) => Some(KernelRfs::V6_16),
             (6, 18..) | (7.., _) => Some(KernelRfs::V7_3),
             _ => None,
         }
@@ -63,7 +65,7 @@ pub fn slot_of(kernel: KernelRfs, hash: u32, log: u8) -> u32 {
     match (kernel, log) {
         (_, 0) => 0,
         (KernelRfs::V6_12, _) => hash & ((1u32 << log) - 1),
-        (KernelRfs::V7_3, _) => hash.wrapping_mul(GOLDEN_RATIO_32) >> (32 - u32::from(log)),
+        (KernelRfs::V6_16 | KernelRfs::V7_3, _) => hash.wrapping_mul(GOLDEN_RATIO_32) >> (32 - u32::from(log)),
     }
 }
 
@@ -73,7 +75,7 @@ pub fn hash_in_slot(kernel: KernelRfs, slot: u32, log: u8, random: u32) -> u32 {
     let h = match (kernel, log) {
         (_, 0) => random,
         (KernelRfs::V6_12, _) => (random & !((1u32 << log) - 1)) | (slot & ((1u32 << log) - 1)),
-        (KernelRfs::V7_3, _) => {
+        (KernelRfs::V6_16 | KernelRfs::V7_3, _) => {
             let low = 32 - u32::from(log);
             // x = 0 would be the hash 0 ("no hash"): another low part, same slot.
             let x = (slot << low) | (random & ((1u32 << low) - 1));
@@ -193,7 +195,7 @@ impl Rfs {
         }
         let window = match self.kernel {
             KernelRfs::V6_12 => 10i64 * ((1i64 << log) - 1),
-            KernelRfs::V7_3 => 10i64 << log,
+            KernelRfs::V6_16 | KernelRfs::V7_3 => 10i64 << log,
         } as i32;
         (self.head[usize::from(f.cpu)].wrapping_sub(f.last_qtail) as i32) < window
     }
@@ -320,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_hash_made_for_a_slot_lands_in_it() {
-        for k in [KernelRfs::V6_12, KernelRfs::V7_3] {
+        for k in [KernelRfs::V6_12, KernelRfs::V6_16, KernelRfs::V7_3] {
             for (slot, log, r) in [(0, 12, 0), (4095, 12, u32::MAX), (2718, 12, 0x1234_5678), (5, 3, 77), (0, 0, 9)] {
                 let h = hash_in_slot(k, slot, log, r);
                 assert_ne!(h, 0);
@@ -335,13 +337,13 @@ mod tests {
         assert_eq!(KernelRfs::of_kernel("patched-7.3"), Some(KernelRfs::V7_3));
         assert_eq!(KernelRfs::of_kernel("debian-6.12"), Some(KernelRfs::V6_12));
         assert_eq!(KernelRfs::of_kernel("debian-6.1"), None);
-        assert_eq!(KernelRfs::of_kernel("vanilla-6.17"), None);
+        assert_eq!(KernelRfs::of_kernel("vanilla-6.17"), Some(KernelRfs::V6_16));
         assert_eq!(KernelRfs::of_kernel("debian-6.18"), Some(KernelRfs::V7_3));
     }
 
     #[test]
     fn a_flow_whose_reader_moves_is_steered_once_to_the_readers_queue() {
-        for k in [KernelRfs::V6_12, KernelRfs::V7_3] {
+        for k in [KernelRfs::V6_12, KernelRfs::V6_16, KernelRfs::V7_3] {
             let t = topo();
             let mut r = Rfs::new(k, 4, 4, 32768, 4096, false, true);
             let hash = 0x1234_5678;
@@ -389,6 +391,30 @@ mod tests {
             1
         });
         assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn two_live_flows_in_one_slot_fight_on_6_16_and_not_on_7_3() {
+        for (k, fights) in [(KernelRfs::V6_16, true), (KernelRfs::V7_3, false)] {
+            let t = topo();
+            let mut r = Rfs::new(k, 4, 4, 32768, 256, false, true);
+            let (a, b) = (hash_in_slot(k, 9, 8, 0x1111), hash_in_slot(k, 9, 8, 0x2222));
+            assert_ne!(a, b);
+            r.record_sock_flow(a, 2);
+            r.record_sock_flow(b, 2);
+            r.receive(&t, 0, a, |q, id| {
+                assert_eq!((q, id), (2, 9));
+                1
+            });
+            let mut steered = false;
+            r.receive(&t, 1, b, |_, _| {
+                steered = true;
+                2
+            });
+            assert_eq!(steered, fights, "{k:?}");
+            // Flow a's filter 1: evicted from the slot on 6.16, kept on 7.3.
+            assert_eq!(r.may_expire(2, 9, 1), fights, "{k:?}");
+        }
     }
 
     #[test]
