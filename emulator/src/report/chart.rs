@@ -8,6 +8,21 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 const X: i32 = 1000;
 
+/// The series legend every chart here draws: boxed, half-transparent, at `pos`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+    font: u32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", font))
+        .draw()
+}
+
 /// Colour of the n-th sysctl value (0: baseline, 1: LLC affinity on, then others).
 const BAR_COLOURS: [RGBColor; 5] = [
     RGBColor(214, 96, 77),
@@ -129,14 +144,7 @@ pub fn svg_chart(rows: &[Row], title: &str) -> anyhow::Result<String> {
                 .draw_series(mine.iter().map(|b| Text::new(rate_label(b.3), ((b.1 + b.2) / 2, b.3), text.clone())))
                 .map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight, 15).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
@@ -224,14 +232,7 @@ pub fn per_second_chart(report: &super::schema::Report) -> anyhow::Result<Option
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
             chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(|e| err(&e))?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight, 14).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(Some(svg))
@@ -295,14 +296,8 @@ pub fn log2_lines(
         let last: f64 = series.iter().filter_map(|(_, p)| p.last()).map(|&(_, y)| y).sum();
         let first: f64 = series.iter().filter_map(|(_, p)| p.first()).map(|&(_, y)| y).sum();
         let rising = last > first;
-        chart
-            .configure_series_labels()
-            .position(if rising { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::UpperRight })
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(|e| err(&e))?;
+        let pos = if rising { SeriesLabelPosition::UpperLeft } else { SeriesLabelPosition::UpperRight };
+        legend(&mut chart, pos, 15).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(out)
