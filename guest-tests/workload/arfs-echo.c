@@ -86,6 +86,7 @@ struct flow {
 	uint64_t send_errors;
 	uint64_t flow_mismatch; // payload flow index != socket's flow index (still answered)
 	int last_cpu;
+	uint64_t cpu_changes; // reads on another CPU than the flow's previous read
 	uint64_t *cpu_counts; // [ncpu_ids]
 	// Sampled once per wakeup of the socket (not per packet): SO_INCOMING_CPU is the CPU
 	// that ran the protocol receive for the last datagram (after RPS/RFS steering),
@@ -497,6 +498,8 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		w->served++;
 		if (cpu >= 0 && cpu < ncpu_ids)
 			f->cpu_counts[cpu]++;
+		if (f->last_cpu >= 0 && cpu != f->last_cpu)
+			f->cpu_changes++;
 		f->last_cpu = cpu;
 		w->last_seen_cpu = cpu;
 		f->last_worker = w->id;
@@ -630,6 +633,8 @@ static int tcp_message(struct worker *w, struct conn *c)
 	w->served++;
 	if (cpu >= 0 && cpu < ncpu_ids)
 		f->cpu_counts[cpu]++;
+	if (f->last_cpu >= 0 && cpu != f->last_cpu)
+		f->cpu_changes++;
 	f->last_cpu = cpu;
 	w->last_seen_cpu = cpu;
 	f->last_worker = w->id;
@@ -682,6 +687,8 @@ static int tcp_serve(struct worker *w, struct conn *c, unsigned char *sinkbuf)
 			w->served += msgs;
 			if (cpu >= 0 && cpu < ncpu_ids)
 				f->cpu_counts[cpu] += msgs;
+			if (f->last_cpu >= 0 && cpu != f->last_cpu)
+				f->cpu_changes++;
 			f->last_cpu = cpu;
 			f->last_worker = w->id;
 			f->peer_port = c->peer_port;
@@ -1150,11 +1157,11 @@ static void print_json(double elapsed)
 		// work-stealing has no home worker: report the one that served the last request
 		int home = cfg.pattern == PAT_WORK_STEALING ? f->last_worker : (int)(i % cfg.workers);
 		fprintf(o, "%s\n{\"flow\":%u,\"local_port\":%u,\"peer_port\":%u,\"worker\":%d,"
-			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_counts\":[",
+			   "\"requests\":%llu,\"replies\":%llu,\"send_errors\":%llu,\"last_cpu\":%d,\"cpu_changes\":%llu,\"cpu_counts\":[",
 			i ? "," : "", i, cfg.proto == PROTO_TCP ? cfg.base_port : cfg.base_port + i,
 			cfg.proto == PROTO_TCP ? f->peer_port : cfg.peer_base_port + i, home,
 			(unsigned long long)f->requests, (unsigned long long)f->replies,
-			(unsigned long long)f->send_errors, f->last_cpu);
+			(unsigned long long)f->send_errors, f->last_cpu, (unsigned long long)f->cpu_changes);
 		for (int c = 0; c < ncpu_ids; c++)
 			fprintf(o, "%s%llu", c ? "," : "", (unsigned long long)f->cpu_counts[c]);
 		fprintf(o, "],\"samples\":%llu,\"last_incoming_cpu\":%d,\"last_napi_id\":%u,\"napi_changes\":%llu,"
