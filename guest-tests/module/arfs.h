@@ -160,6 +160,14 @@ struct arfs_gone {
 	u8 type;
 };
 
+/*
+ * How late the rule works ran (debugfs "work_delays"): the longest delay, in ms,
+ * of the works queued in each ARFS_DELAY_BIN_MS since the first steer that
+ * queued one.  Model mode replays them (docs/model.md).
+ */
+#define ARFS_DELAY_BINS 4096
+#define ARFS_DELAY_BIN_MS 10
+
 /* one ethtool ntuple rule (arfs_nfc.c), as the user gave it */
 struct arfs_nfc_rule {
 	struct list_head node;		/* arfs_priv.nfc_rules, by location */
@@ -210,6 +218,8 @@ struct arfs_priv {
 	struct hlist_head *id_hash;
 	struct arfs_gone gone[ARFS_GONE_MAX];	/* last expired rules, under arfs_lock */
 	unsigned int gone_next;
+	u64 first_queued_ns;	/* the first steer that queued a work, under arfs_lock */
+	u16 delay_ms[ARFS_DELAY_BINS];	/* under arfs_lock */
 	unsigned int hash_bits;
 	u32 last_filter_id;
 	bool stopping;

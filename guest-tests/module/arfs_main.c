@@ -301,6 +301,23 @@ static int arfs_expired_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(arfs_expired);
 
+/* per ARFS_DELAY_BIN_MS since the first queued work: its works' longest delay */
+static int arfs_work_delays_show(struct seq_file *s, void *unused)
+{
+	struct arfs_priv *p = s->private;
+	unsigned int i;
+
+	seq_printf(s, "bin_start_ms max_delay_ms (bins of %u ms; 0 ms bins left out)\n",
+		   ARFS_DELAY_BIN_MS);
+	arfs_lock_bh(p);
+	for (i = 0; i < ARFS_DELAY_BINS; i++)
+		if (p->delay_ms[i])
+			seq_printf(s, "%u %u\n", i * ARFS_DELAY_BIN_MS, p->delay_ms[i]);
+	arfs_unlock_bh(p);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(arfs_work_delays);
+
 static void arfs_debugfs_init(struct arfs_priv *p)
 {
 	p->dbg = debugfs_create_dir(KBUILD_MODNAME, NULL);
@@ -311,6 +328,7 @@ static void arfs_debugfs_init(struct arfs_priv *p)
 	debugfs_create_file("stats", 0444, p->dbg, p, &arfs_stats_fops);
 	debugfs_create_file("rules", 0444, p->dbg, p, &arfs_rules_fops);
 	debugfs_create_file("expired", 0444, p->dbg, p, &arfs_expired_fops);
+	debugfs_create_file("work_delays", 0444, p->dbg, p, &arfs_work_delays_fops);
 	debugfs_create_bool("disabled", 0644, p->dbg, &arfs_disabled);
 	debugfs_create_ulong("hold_ns", 0644, p->dbg, &arfs_hold_ns);
 }

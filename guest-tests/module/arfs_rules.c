@@ -283,8 +283,11 @@ int arfs_rx_flow_steer(struct net_device *dev, const struct sk_buff *skb,
 		}
 		arfs_ctr_inc(p, ARFS_CTR_STEER_NEW);
 	}
-	if (queue_work(p->wq, &rule->arfs_work))
+	if (queue_work(p->wq, &rule->arfs_work)) {
 		rule->queued_ns = ktime_get_ns();
+		if (!p->first_queued_ns)
+			p->first_queued_ns = rule->queued_ns;
+	}
 	id = rule->filter_id;
 	arfs_unlock_bh(p);
 	return id;
@@ -304,6 +307,17 @@ static void arfs_note_gone(struct arfs_priv *p, const struct arfs_rule *rule)
 	g->filter_id = rule->filter_id;
 	g->rxq = rule->rxq;
 	g->type = rule->type;
+}
+
+/* a work queued at @queued_ns ran @delay late; caller holds arfs_lock */
+static void arfs_note_delay(struct arfs_priv *p, u64 queued_ns, u64 delay)
+{
+	u64 since = queued_ns > p->first_queued_ns ? queued_ns - p->first_queued_ns : 0;
+	u64 bin = div_u64(since, ARFS_DELAY_BIN_MS * NSEC_PER_MSEC);
+	u16 ms = min_t(u64, div_u64(delay, NSEC_PER_MSEC), U16_MAX);
+
+	if (bin < ARFS_DELAY_BINS && ms > p->delay_ms[bin])
+		p->delay_ms[bin] = ms;
 }
 
 static void arfs_may_expire_flow(struct arfs_priv *p)
@@ -380,6 +394,7 @@ static void arfs_rule_work(struct work_struct *work)
 	atomic64_inc(&p->ctr[ARFS_CTR_WORK_RUNS]);
 	atomic64_add(delay, &p->ctr[ARFS_CTR_WORK_DELAY_NS_TOTAL]);
 	arfs_ctr_max(p, ARFS_CTR_WORK_DELAY_NS_MAX, delay);
+	arfs_note_delay(p, rule->queued_ns, delay);
 	arfs_unlock_bh(p);
 
 	if (hw == ARFS_HW_NONE) {

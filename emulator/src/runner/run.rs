@@ -31,6 +31,7 @@ pub const MAX_GUEST_JSON: usize = 16 << 20;
 /// The guest module's rule table in debugfs, and its last expired rules.
 pub const RULES_DEBUGFS: &str = "/sys/kernel/debug/arfs_virtio/rules";
 pub const EXPIRED_DEBUGFS: &str = "/sys/kernel/debug/arfs_virtio/expired";
+pub const WORK_DELAYS_DEBUGFS: &str = "/sys/kernel/debug/arfs_virtio/work_delays";
 
 fn append_line(s: &Scenario, run: &Run) -> String {
     let g = &s.guest;
@@ -79,8 +80,9 @@ fn append_line(s: &Scenario, run: &Run) -> String {
     if g.module {
         // The driver's rule table at the end and the rules expiry removed (filter id,
         // 5-tuple, queue, flow_id): which flows shared an rps_dev_flow slot in this boot,
-        // for model mode's fidelity check (docs/model.md). In the guest JSON, `files`.
-        a.push(format!("arfs.dump={RULES_DEBUGFS},{EXPIRED_DEBUGFS}"));
+        // for model mode's fidelity check (docs/model.md), and how late its works ran
+        // over the run, which the twin replays. In the guest JSON, `files`.
+        a.push(format!("arfs.dump={RULES_DEBUGFS},{EXPIRED_DEBUGFS},{WORK_DELAYS_DEBUGFS}"));
         a.push("arfs.modarg=arfs_virtio.irqs=@INPUT_IRQS@".into());
         a.push("arfs.modarg=arfs_virtio.ifname=@IFNAME@".into());
         for (k, v) in &g.module_params {
