@@ -294,3 +294,37 @@ fn model_only_kernels_are_refused_outside_model_mode() {
     let e = Scenario::load(&p).unwrap_err().to_string();
     assert!(e.contains("vanilla-6.17") && e.contains("model_only"), "{e}");
 }
+
+/// brpc-like's sysctl=0 run in the twin with a VM run's inputs: (steer calls, steer_same)
+/// over the whole run, and the steer calls after the warm-up.
+fn brpc_like(reread: Option<f64>, work_delays: Vec<u16>) -> (u64, u64, u64) {
+    let s = scenario("brpc-like");
+    let dir = root().join("configs/scenarios");
+    let profile =
+        arfsnic::model::profile::Profile::load(&arfsnic::runner::resolve_profile(&s.profile, &root(), &dir).unwrap())
+            .unwrap();
+    let (_, _, mut spec) = run_specs(&s, 1).unwrap().remove(0);
+    spec.reread = reread;
+    spec.work_delays = work_delays;
+    let driver = arfsnic::twin::driver::Driver::new(TwinProfile::default());
+    let o = arfsnic::twin::sim::simulate(&spec, &topology(&s).unwrap(), &profile, s.nic.queues, driver).unwrap();
+    let warm = o.samples[s.warmup_s as usize].steer_calls;
+    (o.driver.ctr.steer_calls, o.driver.ctr.steer_same, o.driver.ctr.steer_calls - warm)
+}
+
+#[test]
+fn a_vm_runs_reader_share_and_late_works_drive_the_twin() {
+    let (base, base_same, base_window) = brpc_like(None, Vec::new());
+    // Every read on the flow's previous CPU: a flow is steered once, to its first reader.
+    let (kept, _, _) = brpc_like(Some(1.0), Vec::new());
+    assert!(kept <= 2 * 256, "{kept} steer calls with every read on the previous CPU");
+    // Never on the previous CPU: more moves than the uniform draw (3 in 4).
+    let (moved, _, _) = brpc_like(Some(0.0), Vec::new());
+    assert!(moved > base, "{moved} <= {base}");
+    // Works held back 600 ms for the first 1.3 s (a VM's burst of first ADDs): packets
+    // meet pending rules, and 7.3's guard then keeps those flows off the CPUs they were
+    // answered "same" for, for the rest of the run.
+    let (_, same, window) = brpc_like(None, vec![600; 130]);
+    assert!(same > base_same + 100, "steer_same {same} vs {base_same} without late works");
+    assert!((window as f64) < 0.95 * base_window as f64, "{window} vs {base_window} after the warm-up");
+}

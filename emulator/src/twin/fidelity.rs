@@ -56,6 +56,8 @@ pub struct Cell {
     pub model: Vec<f64>,
     /// Per VM report: flows whose `rps_dev_flow` slot the twin replayed from it.
     pub replayed: Vec<usize>,
+    /// Per VM report, under work stealing: its share of reads on the flow's previous CPU.
+    pub reread: Vec<Option<f64>>,
     pub flows: u32,
     /// The highest *same* share (%) of the VM runs' steer calls.
     pub vm_same_pct: f64,
@@ -181,6 +183,54 @@ pub fn vm_slots(run: &RunReport, flows: u32) -> Vec<Option<u32>> {
     slots
 }
 
+/// How late the VM run's rule works ran, per 10 ms bin (the module's debugfs
+/// `work_delays`: bin start and longest delay in ms, bins without delay left out);
+/// empty for a report without it. At most 4096 bins, as the module keeps.
+pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
+    let text = run.guest.system.other.get("files").and_then(|f| f.get(crate::runner::run::WORK_DELAYS_DEBUGFS));
+    let Some(text) = text.and_then(Value::as_str) else { return Vec::new() };
+    let bin_ms = sim::WORK_DELAY_BIN_NS / 1_000_000;
+    let mut bins = Vec::new();
+    for l in text.lines().skip(1) {
+        let mut f = l.split_whitespace().map(|x| x.parse::<u64>().ok());
+        let (Some(start), Some(ms)) = (f.next().flatten(), f.next().flatten()) else { continue };
+        let i = (start / bin_ms) as usize;
+        if i < 4096 {
+            if bins.len() <= i {
+                bins.resize(i + 1, 0);
+            }
+            bins[i] = u16::try_from(ms).unwrap_or(u16::MAX);
+        }
+    }
+    bins
+}
+
+/// Per worker, the time between its hops in the VM run: arfs-echo's run time over the
+/// worker's `hops` + 1; empty without the counts (or without hops).
+pub fn vm_hop_periods(run: &RunReport) -> Vec<u64> {
+    let Some(w) = run.guest.system.other.get("workload") else { return Vec::new() };
+    let Some(elapsed) = w.get("elapsed_s").and_then(Value::as_f64).filter(|x| *x > 0.0) else { return Vec::new() };
+    let Some(workers) = w.get("workers").and_then(Value::as_array) else { return Vec::new() };
+    let hops: Vec<u64> = workers.iter().map(|x| x.get("hops").and_then(Value::as_u64).unwrap_or(0)).collect();
+    if hops.iter().all(|&h| h == 0) {
+        return Vec::new();
+    }
+    hops.iter().take(4096).map(|&h| (elapsed * 1e9 / (h + 1) as f64) as u64).collect()
+}
+
+/// The share of the flows' reads that arfs-echo did on the CPU of the flow's previous
+/// read (its per-flow `cpu_changes` over `requests - 1`); `None` for a report without
+/// the counter (arfs-echo before it) or without reads.
+pub fn vm_reread(run: &RunReport) -> Option<f64> {
+    let flows = run.guest.system.other.get("workload")?.get("flows")?.as_array()?;
+    let (mut changes, mut reads) = (0u64, 0u64);
+    for f in flows {
+        changes += f.get("cpu_changes")?.as_u64()?;
+        reads += f.get("requests").and_then(Value::as_u64).unwrap_or(0).saturating_sub(1);
+    }
+    (reads > 0).then(|| 1.0 - changes.min(reads) as f64 / reads as f64)
+}
+
 /// Compare the twin with the VM reports at `reports` (scenarios from `root`'s
 /// configs/scenarios/), `seeds` seeds per run.
 pub fn compare(
@@ -244,14 +294,25 @@ pub fn compare(
             // run measured (queue_work() to the work running, mean over the run) — a
             // loaded TCG guest runs its works milliseconds late, and 6.12 then calls
             // ndo_rx_flow_steer again for every packet still arriving on the old queue.
+            // A run whose module kept the delays over time (`work_delays`) gives them bin
+            // by bin instead: one mean spreads a few long stalls over every work.
+            let work_delays = vm_work_delays(run);
             let twin = match run.driver().map(|d| (d.counters.get("work_delay_ns_total"), d.counters.get("work_runs")))
             {
-                Some((Some(&total), Some(&runs))) if runs > 0 => TwinProfile { wq_delay_ns: total / runs, ..twin },
+                Some((Some(&total), Some(&runs))) if runs > 0 && work_delays.is_empty() => {
+                    TwinProfile { wq_delay_ns: total / runs, ..twin }
+                }
                 _ => twin,
             };
             let slots = vm_slots(run, s.traffic.flows);
             let replayed = slots.iter().filter(|x| x.is_some()).count();
-            let model = match model_runs(root, &s, seeds, twin, &slots) {
+            // Under work stealing, which worker epoll hands a request to is the guest's
+            // scheduling, not RFS: the twin takes the share of reads that stayed on the
+            // flow's previous CPU from the VM run.
+            let reread = vm_reread(run).filter(|_| s.guest.pattern == "work-stealing");
+            let hop_periods_ns = vm_hop_periods(run);
+            let inputs = VmInputs { slots: &slots, reread, work_delays, hop_periods_ns };
+            let model = match model_runs(root, &s, seeds, twin, &inputs) {
                 Ok(m) => m,
                 Err(e) => {
                     skipped.push(Skipped {
@@ -273,6 +334,7 @@ pub fn compare(
                     vm: Vec::new(),
                     model: Vec::new(),
                     replayed: Vec::new(),
+                    reread: Vec::new(),
                     flows: s.traffic.flows,
                     vm_same_pct: 0.0,
                 });
@@ -280,10 +342,19 @@ pub fn compare(
                 cell.vm.push(v);
                 cell.model.extend(model.iter().filter_map(|x| (m.read)(x)));
                 cell.replayed.push(replayed);
+                cell.reread.push(reread);
             }
         }
     }
     Ok((cells.into_values().collect(), skipped))
+}
+
+/// What the twin takes from a VM run besides the scenario and the guest's speed.
+struct VmInputs<'a> {
+    slots: &'a [Option<u32>],
+    reread: Option<f64>,
+    work_delays: Vec<u16>,
+    hop_periods_ns: Vec<u64>,
 }
 
 /// The twin's run of a one-run scenario, once per seed.
@@ -292,7 +363,7 @@ fn model_runs(
     s: &Scenario,
     seeds: u32,
     twin: TwinProfile,
-    slots: &[Option<u32>],
+    vm: &VmInputs,
 ) -> anyhow::Result<Vec<RunReport>> {
     let topo = topology(s)?;
     let dir = root.join("configs/scenarios");
@@ -303,7 +374,10 @@ fn model_runs(
     for seed in 0..u64::from(seeds) {
         let opts = Options { seed: seed + 1, twin };
         let (label, sysctls, mut spec) = run_specs(s, opts.seed)?.remove(0);
-        spec.slots = slots.to_vec();
+        spec.slots = vm.slots.to_vec();
+        spec.reread = vm.reread;
+        spec.work_delays = vm.work_delays.clone();
+        spec.hop_periods_ns = vm.hop_periods_ns.clone();
         let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, super::driver::Driver::new(twin))?;
         out.push(super::run_report(label, sysctls, &spec, &profile.name, &s.kernel, &o));
     }
@@ -313,13 +387,21 @@ fn model_runs(
 /// The fidelity table in markdown.
 pub fn markdown(cells: &[Cell], skipped: &[Skipped], seeds: u32) -> String {
     let mut t = format!(
-        "| scenario | kernel | run | metric | VM mean (runs) | VM values | slots replayed | model mean ({seeds} seeds per VM run) | model min–max | tolerance | agrees |\n|---|---|---|---|---:|---|---|---:|---|---:|---|\n"
+        "| scenario | kernel | run | metric | VM mean (runs) | VM values | slots replayed (· reads on the previous CPU) | model mean ({seeds} seeds per VM run) | model min–max | tolerance | agrees |\n|---|---|---|---|---:|---|---|---:|---|---:|---|\n"
     );
     for c in cells {
         let lo = c.model.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = c.model.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let vals: Vec<String> = c.vm.iter().map(|v| format!("{v:.1}")).collect();
-        let rep: Vec<String> = c.replayed.iter().map(|n| format!("{n}/{}", c.flows)).collect();
+        let rep: Vec<String> = c
+            .replayed
+            .iter()
+            .zip(c.reread.iter().chain(std::iter::repeat(&None)))
+            .map(|(n, q)| match q {
+                Some(q) => format!("{n}/{} · {:.1} %", c.flows, 100.0 * q),
+                None => format!("{n}/{}", c.flows),
+            })
+            .collect();
         t.push_str(&format!(
             "| {} | {} | {} | {} | {:.1} ({}) | {} | {} | {:.1} | {:.1}–{:.1} | ±{:.1} | {} |\n",
             c.scenario,
@@ -360,9 +442,39 @@ mod tests {
             vm: vm.to_vec(),
             model: model.to_vec(),
             replayed: vec![0; vm.len()],
+            reread: Vec::new(),
             flows: 64,
             vm_same_pct: 0.0,
         }
+    }
+
+    #[test]
+    fn a_vm_runs_work_delays_and_reread_share_are_read_from_its_report() {
+        let mut run = RunReport::default();
+        assert!(vm_work_delays(&run).is_empty());
+        assert_eq!(vm_reread(&run), None);
+        let text = "bin_start_ms max_delay_ms (bins of 10 ms; 0 ms bins left out)\n0 56\n20 151\nx y\n\
+                    30\n70000 3\n40960 9\n40950 70000\n";
+        run.guest
+            .system
+            .other
+            .insert("files".into(), serde_json::json!({ crate::runner::run::WORK_DELAYS_DEBUGFS: text }));
+        let bins = vm_work_delays(&run);
+        // Garbage and bins past the module's 4096 are skipped; a delay past u16 saturates.
+        assert_eq!(bins.len(), 4096);
+        assert_eq!((bins[0], bins[1], bins[2], bins[3], bins[4095]), (56, 0, 151, 0, u16::MAX));
+        run.guest.system.other.insert(
+            "workload".into(),
+            serde_json::json!({ "flows": [
+                { "requests": 11, "cpu_changes": 6 },
+                { "requests": 11, "cpu_changes": 9 },
+                { "requests": 0, "cpu_changes": 0 },
+            ] }),
+        );
+        assert!((vm_reread(&run).unwrap() - 0.25).abs() < 1e-9);
+        // An arfs-echo without the counter: no share, the twin draws uniformly.
+        run.guest.system.other.insert("workload".into(), serde_json::json!({ "flows": [{ "requests": 11 }] }));
+        assert_eq!(vm_reread(&run), None);
     }
 
     #[test]

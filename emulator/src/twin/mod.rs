@@ -192,6 +192,9 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
                 warmup_ns: (s.warmup_s * 1e9) as u64,
                 seed: seed.wrapping_add(i as u64),
                 slots: Vec::new(),
+                reread: None,
+                work_delays: Vec::new(),
+                hop_periods_ns: Vec::new(),
             },
         ));
     }

@@ -26,11 +26,12 @@ pub enum Pattern {
     /// Every `period`, to a CPU of the next LLC group, rotating inside it.
     HopAcrossLlc,
     /// Pinned workers sharing one epoll set of one-shot flow sockets (brpc-like): each
-    /// request is read by one of the idle workers. epoll wakes the one that waited
-    /// longest, and the order the workers went back to waiting is shuffled by their
-    /// service times; with requests processed at once every worker is idle, and the twin
-    /// draws the reader uniformly (a strict rotation would lock each flow to one worker
-    /// whenever the flow count is a multiple of the worker count).
+    /// request is read by one of the workers. Which one is the guest's scheduling:
+    /// `ep_poll()` queues a waiter at the head of the wait queue, so the latest to wait
+    /// is woken first, and a worker still running takes a ready socket before a woken
+    /// one does. The twin draws the reader uniformly, or, given a VM run's share of
+    /// reads on the flow's previous CPU ([`RunSpec::reread`]), keeps the previous reader
+    /// with that share and draws among the others otherwise.
     WorkStealing,
 }
 
@@ -66,7 +67,29 @@ pub struct RunSpec {
     /// Per flow, the `rps_dev_flow` slot its hash fell in during a VM boot (the driver's
     /// `flow_id`), to replay that boot's slot sharing; `None` or missing: a random hash.
     pub slots: Vec<Option<u32>>,
+    /// Work stealing: the share of a flow's reads done on the CPU of its previous read,
+    /// as a VM run measured it (arfs-echo's per-flow `cpu_changes`); the other reads go
+    /// to the pod's other workers uniformly. `None`: every read drawn uniformly.
+    pub reread: Option<f64>,
+    /// How late a VM run's rule works ran (the module's debugfs `work_delays`): per
+    /// [`WORK_DELAY_BIN_NS`] since the first work was queued, the longest delay (ms)
+    /// of that bin's works. A work queued in a bin runs that late, or after the
+    /// profile's mean delay if longer. Empty: every work after the mean delay.
+    pub work_delays: Vec<u16>,
+    /// Per worker, the time between its hops in a VM run (arfs-echo's run time over its
+    /// `hops` + 1: a loaded guest hops late); missing: `period_ns`.
+    pub hop_periods_ns: Vec<u64>,
 }
+
+impl RunSpec {
+    /// Worker `w`'s time between hops.
+    fn period_of(&self, w: u32) -> u64 {
+        self.hop_periods_ns.get(w as usize).copied().filter(|&p| p > 0).unwrap_or(self.period_ns)
+    }
+}
+
+/// The width of a bin of [`RunSpec::work_delays`] (the module's `ARFS_DELAY_BIN_MS`).
+pub const WORK_DELAY_BIN_NS: u64 = 10_000_000;
 
 /// One second of the driver's counters, cumulative at the second's end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,6 +140,8 @@ struct FlowState {
     last_queue: u16,
     /// The CPU of the thread that read its last request.
     app_cpu: u16,
+    /// Work stealing: the worker that read its last request (`u32::MAX`: none yet).
+    reader: u32,
     /// When the flow's packets last went through a filter (None: never).
     last_via_filter_ns: Option<u64>,
 }
@@ -174,6 +199,8 @@ struct Sim<'a> {
     workers: Vec<Worker>,
     /// Work stealing: who reads the next request.
     rng: ChaCha8Rng,
+    /// When the first work was queued (the origin of `spec.work_delays`).
+    first_work_ns: Option<u64>,
     exec: Exec,
     samples: Vec<Sample>,
     rx_per_queue: Vec<u64>,
@@ -256,6 +283,7 @@ pub fn simulate(
                 _ => rng.random_range(1..=u32::MAX),
             },
             packets: 0,
+            reader: u32::MAX,
             last_queue: 0,
             app_cpu: 0,
             last_via_filter_ns: None,
@@ -301,6 +329,7 @@ pub fn simulate(
         pos,
         workers,
         rng: ChaCha8Rng::seed_from_u64(spec.seed ^ 0x5eed_57ea),
+        first_work_ns: None,
         exec: Exec::Idle,
         samples: vec![Sample::default()],
         rx_per_queue: vec![0; usize::from(queues)],
@@ -311,7 +340,8 @@ pub fn simulate(
     if matches!(spec.pattern, Pattern::HopWithinLlc | Pattern::HopAcrossLlc) && spec.workers > 0 {
         for w in 0..spec.workers {
             // arfs-echo: worker i first hops (1 + i / W) periods after the start.
-            let first = spec.period_ns + spec.period_ns * u64::from(w) / u64::from(spec.workers);
+            let p = spec.period_of(w);
+            let first = p + p * u64::from(w) / u64::from(spec.workers);
             sim.push(first, Ev::Hop(w));
         }
     }
@@ -432,7 +462,19 @@ impl Sim<'_> {
             Pattern::WorkStealing => {
                 let per_pod = self.spec.workers / self.spec.pods.max(1);
                 let pod = f % self.spec.pods.max(1);
-                (per_pod > 0).then(|| pod * per_pod + self.rng.random_range(0..per_pod))
+                let prev = self.flows[self.pos[f as usize] as usize].reader;
+                match self.spec.reread {
+                    // The previous reader again with the measured share, else one of the
+                    // pod's other workers.
+                    Some(q) if per_pod > 1 && prev != u32::MAX => Some(if self.rng.random_bool(q.clamp(0.0, 1.0)) {
+                        prev
+                    } else {
+                        let k = self.rng.random_range(0..per_pod - 1);
+                        let k = if pod * per_pod + k >= prev { k + 1 } else { k };
+                        pod * per_pod + k
+                    }),
+                    _ => (per_pod > 0).then(|| pod * per_pod + self.rng.random_range(0..per_pod)),
+                }
             }
             _ => (!self.workers.is_empty()).then(|| f % self.spec.workers),
         };
@@ -441,6 +483,7 @@ impl Sim<'_> {
             let cpu = self.workers[w as usize].cpu;
             self.rfs.record_sock_flow(hash, cpu);
             fl.app_cpu = cpu;
+            fl.reader = w;
         }
         if self.spec.proto == Proto::Tcp {
             self.push(t + TCP_ACK_DELAY_NS, Ev::Ack(f));
@@ -491,7 +534,7 @@ impl Sim<'_> {
         };
         wk.hops += 1;
         wk.cpu = next;
-        let t = self.now + self.spec.period_ns;
+        let t = self.now + self.spec.period_of(w);
         self.push(t, Ev::Hop(w));
     }
 
@@ -499,7 +542,10 @@ impl Sim<'_> {
     fn kick_wq(&mut self) {
         if matches!(self.exec, Exec::Idle) && !self.driver.wq.is_empty() {
             self.exec = Exec::Starting;
-            let t = self.now + self.driver.profile.wq_delay_ns;
+            let since = self.now - *self.first_work_ns.get_or_insert(self.now);
+            let bin = usize::try_from(since / WORK_DELAY_BIN_NS).unwrap_or(usize::MAX);
+            let vm_ns = self.spec.work_delays.get(bin).map_or(0, |&ms| u64::from(ms) * 1_000_000);
+            let t = self.now + self.driver.profile.wq_delay_ns.max(vm_ns);
             self.push(t, Ev::WqRun);
         }
     }
