@@ -73,8 +73,9 @@ pub struct RunSpec {
     pub reread: Option<f64>,
     /// How late a VM run's rule works ran (the module's debugfs `work_delays`): per
     /// [`WORK_DELAY_BIN_NS`] since the first work was queued, the longest delay (ms)
-    /// of that bin's works. A work queued in a bin runs that late, or after the
-    /// profile's mean delay if longer. Empty: every work after the mean delay.
+    /// of that bin's works. A work that wakes the idle workqueue in a bin starts that
+    /// late (or after the profile's delay if longer); works queued behind it follow as
+    /// the worker gets to them. Empty: every wake-up after the profile's delay.
     pub work_delays: Vec<u16>,
     /// Per worker, the time between its hops in a VM run (arfs-echo's run time over its
     /// `hops` + 1: a loaded guest hops late); missing: `period_ns`.
