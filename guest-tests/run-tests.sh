@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n=== %s\n' "$*"; }
+# each step starts with the script's elapsed time, to see where CI time goes
+step() { printf '\n=== [%d s] %s\n' "$SECONDS" "$*"; }
 
 # Disk: a clean run fills about 14 GiB (two kernel trees of 1.4 GiB, two copies of the
 # patched one for the bisect and virtme-ng tests, the Debian image and
