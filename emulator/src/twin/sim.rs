@@ -561,23 +561,11 @@ impl Sim<'_> {
             Work::Rule(id) => {
                 let Some(r) = self.driver.rules.get_mut(&id) else { return self.next_work(t) };
                 r.pending = false;
-                let (rxq, hw, flow) = (r.rxq, r.hw, r.flow);
+                let Some((cmd, add)) = self.rule_command(id) else { return self.next_work(t) };
                 let hold = self.driver.profile.work_hold_ns;
                 let t1 = self.driver.lock(t, hold);
                 self.driver.ctr.work_runs += 1;
                 self.driver.ctr.work_delay_ns += t.saturating_sub(queued);
-                let action = Action::Queue(rxq);
-                let (cmd, add) = match hw {
-                    Hw::None => (
-                        Command::Add {
-                            id: u32::from(id),
-                            key: self.flows[self.pos[flow as usize] as usize].key,
-                            action,
-                        },
-                        true,
-                    ),
-                    Hw::Installed => (Command::Mod { id: u32::from(id), action }, false),
-                };
                 self.exec = Exec::RuleCmd { id, add };
                 self.submit(t1, cmd);
             }
@@ -598,6 +586,47 @@ impl Sim<'_> {
         }
     }
 
+    /// The command that puts rule `id` on the device: ADD without a device filter (true),
+    /// else MOD; `None` when the rule is gone.
+    fn rule_command(&self, id: u16) -> Option<(Command, bool)> {
+        let r = self.driver.rules.get(&id)?;
+        let action = Action::Queue(r.rxq);
+        Some(match r.hw {
+            Hw::None => {
+                let key = self.flows[self.pos[r.flow as usize] as usize].key;
+                (Command::Add { id: u32::from(id), key, action }, true)
+            }
+            Hw::Installed => (Command::Mod { id: u32::from(id), action }, false),
+        })
+    }
+
+    /// A rule's ADD (`add`) or MOD completed with `status`: the counters and the rule's
+    /// device state (a MOD the device no longer knows leaves it without a filter).
+    fn rule_command_done(&mut self, id: u16, add: bool, status: i32) {
+        let c = &mut self.driver.ctr;
+        match (status, add) {
+            (0, true) => c.adds_ok += 1,
+            (0, false) => c.mods_ok += 1,
+            (_, true) => c.add_errors += 1,
+            (_, false) => c.mod_errors += 1,
+        }
+        if let Some(r) = self.driver.rules.get_mut(&id) {
+            if status == 0 {
+                r.hw = Hw::Installed;
+            } else if !add && status == libc::ENOENT {
+                r.hw = Hw::None;
+            }
+        }
+    }
+
+    fn delete_done(&mut self, status: i32) {
+        if status == 0 {
+            self.driver.ctr.dels_ok += 1;
+        } else {
+            self.driver.ctr.del_errors += 1;
+        }
+    }
+
     /// The service task's next command, or its end (the scheduled bit clears).
     fn sync_next(&mut self, t: u64, mut dels: Vec<(u16, Hw)>, mut program: Vec<u16>) {
         while let Some((id, hw)) = dels.pop() {
@@ -608,15 +637,7 @@ impl Sim<'_> {
             }
         }
         while let Some(id) = program.pop() {
-            let Some(r) = self.driver.rules.get(&id) else { continue };
-            let action = Action::Queue(r.rxq);
-            let (cmd, add) = match r.hw {
-                Hw::None => (
-                    Command::Add { id: u32::from(id), key: self.flows[self.pos[r.flow as usize] as usize].key, action },
-                    true,
-                ),
-                Hw::Installed => (Command::Mod { id: u32::from(id), action }, false),
-            };
+            let Some((cmd, add)) = self.rule_command(id) else { continue };
             self.exec = Exec::Sync { dels, program, current: Some((id, add)) };
             self.submit(t, cmd);
             return;
@@ -660,49 +681,20 @@ impl Sim<'_> {
             Exec::RuleCmd { id, add } => {
                 let hold = self.driver.profile.work_hold_ns;
                 let t1 = self.driver.lock(t, hold);
-                let c = &mut self.driver.ctr;
-                match (status, add) {
-                    (0, true) => c.adds_ok += 1,
-                    (0, false) => c.mods_ok += 1,
-                    (_, true) => c.add_errors += 1,
-                    (_, false) => c.mod_errors += 1,
-                }
+                self.rule_command_done(id, add, status);
                 if let Some(r) = self.driver.rules.get_mut(&id) {
                     r.busy = r.pending;
-                    if status == 0 {
-                        r.hw = Hw::Installed;
-                    } else if !add && status == libc::ENOENT {
-                        r.hw = Hw::None;
-                    }
                 }
                 self.expire_then_delete(t1);
             }
             Exec::Dels { left, .. } => {
-                if status == 0 {
-                    self.driver.ctr.dels_ok += 1;
-                } else {
-                    self.driver.ctr.del_errors += 1;
-                }
+                self.delete_done(status);
                 self.delete_next(t, left);
             }
             Exec::Sync { dels, program, current } => {
-                let c = &mut self.driver.ctr;
-                match (current, status) {
-                    (None, 0) => c.dels_ok += 1,
-                    (None, _) => c.del_errors += 1,
-                    (Some((_, true)), 0) => c.adds_ok += 1,
-                    (Some((_, false)), 0) => c.mods_ok += 1,
-                    (Some((_, true)), _) => c.add_errors += 1,
-                    (Some((_, false)), _) => c.mod_errors += 1,
-                }
-                if let Some((id, add)) = current {
-                    if let Some(r) = self.driver.rules.get_mut(&id) {
-                        if status == 0 {
-                            r.hw = Hw::Installed;
-                        } else if !add && status == libc::ENOENT {
-                            r.hw = Hw::None;
-                        }
-                    }
+                match current {
+                    Some((id, add)) => self.rule_command_done(id, add, status),
+                    None => self.delete_done(status),
                 }
                 self.sync_next(t, dels, program);
             }
