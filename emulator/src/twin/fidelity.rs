@@ -185,7 +185,7 @@ pub fn vm_slots(run: &RunReport, flows: u32) -> Vec<Option<u32>> {
 
 /// How late the VM run's rule works ran, per 10 ms bin (the module's debugfs
 /// `work_delays`: bin start and longest delay in ms, bins without delay left out);
-/// empty for a report without it. At most 4096 bins, as the module keeps.
+/// empty for a report without it. At most the module's [`sim::WORK_DELAY_BINS`].
 pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
     let text = run.guest.system.other.get("files").and_then(|f| f.get(crate::runner::run::WORK_DELAYS_DEBUGFS));
     let Some(text) = text.and_then(Value::as_str) else { return Vec::new() };
@@ -195,7 +195,7 @@ pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
         let mut f = l.split_whitespace().map(|x| x.parse::<u64>().ok());
         let (Some(start), Some(ms)) = (f.next().flatten(), f.next().flatten()) else { continue };
         let i = (start / bin_ms) as usize;
-        if i < 4096 {
+        if i < sim::WORK_DELAY_BINS {
             if bins.len() <= i {
                 bins.resize(i + 1, 0);
             }

@@ -91,6 +91,8 @@ impl RunSpec {
 
 /// The width of a bin of [`RunSpec::work_delays`] (the module's `ARFS_DELAY_BIN_MS`).
 pub const WORK_DELAY_BIN_NS: u64 = 10_000_000;
+/// The bins the module keeps (`ARFS_DELAY_BINS`).
+pub const WORK_DELAY_BINS: usize = 4096;
 
 /// One second of the driver's counters, cumulative at the second's end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
