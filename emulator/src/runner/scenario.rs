@@ -314,12 +314,13 @@ fn check_kernel(field: &str, k: &str, model_only: bool) -> Result<(), ConfigErro
         return Ok(());
     }
     if MODEL_ONLY_KERNELS.contains(&k) {
-        return match model_only {
-            true => Ok(()),
-            false => {
-                Err(err(field, format!("{k:?} exists in model mode only (model_only = true): no image of it is built")))
-            }
-        };
+        if model_only {
+            return Ok(());
+        }
+        return Err(err(
+            field,
+            format!("{k:?} exists in model mode only (model_only = true): no image of it is built"),
+        ));
     }
     Err(err(field, format!("{k:?} is not a kernel name; valid: {}, or a path to a bzImage", KERNEL_NAMES.join(", "))))
 }
