@@ -26,7 +26,7 @@ use std::hint::black_box;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use arfsnic::vhost::ring::{RingAddrs, RingView, Seg, SplitRing};
+use arfsnic::vhost::ring::{Regions, RingAddrs, RingView, Seg, SplitRing};
 use arfsnic::vhost::testing::{DrvRing, GuestMem, NET_HDR_LEN};
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
@@ -102,7 +102,7 @@ impl Engines {
         }
         let Ok(head) = ring.head_in(v, 0) else { return false };
         self.segs.clear();
-        match ring.walk_in(v, mem, head, true, &mut self.segs) {
+        match ring.walk_in(v, &Regions::new(mem), head, true, &mut self.segs) {
             Ok(cap) if cap >= need => {}
             _ => return false,
         }
@@ -180,7 +180,7 @@ impl Engines {
             for k in 0..n {
                 let Ok(head) = ring.head_in(&v, k) else { break };
                 self.segs.clear();
-                if let Ok(total) = ring.walk_in(&v, mem, head, false, &mut self.segs) {
+                if let Ok(total) = ring.walk_in(&v, &Regions::new(mem), head, false, &mut self.segs) {
                     let mut pos = 0usize;
                     for s in &self.segs {
                         let l = s.len as usize;

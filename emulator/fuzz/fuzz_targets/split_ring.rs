@@ -32,7 +32,7 @@
 use std::num::Wrapping;
 use std::sync::LazyLock;
 
-use arfsnic::vhost::ring::{range_ok, RingAccess, RingAddrs, RingView, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
+use arfsnic::vhost::ring::{range_ok, Regions, RingAccess, RingAddrs, RingView, Seg, SplitRing, MAX_CHAIN_SEGMENTS};
 use libfuzzer_sys::fuzz_target;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
@@ -155,6 +155,8 @@ fuzz_target!(|data: &[u8]| {
         // Even rounds also read the ring through slices of its areas (the RX batch path)
         // and must see exactly what the region-by-region path sees.
         let view = if round % 2 == 0 { RingView::new(mem, &ring.addrs) } else { None };
+        // One region cache for the round, as the datapath keeps one per batch.
+        let regions = Regions::new(mem);
         let Ok(pending) = ring.pending(mem) else {
             break;
         };
@@ -188,7 +190,7 @@ fuzz_target!(|data: &[u8]| {
             let walked = ring.walk(mem, head, writable, &mut segs);
             if let Some(v) = &view {
                 let mut again = Vec::new();
-                let w = ring.walk_in(v, mem, head, writable, &mut again);
+                let w = ring.walk_in(v, &regions, head, writable, &mut again);
                 assert_eq!(w, walked);
                 if walked.is_ok() {
                     assert_eq!(&again[..], &segs[from..]);

@@ -8,11 +8,11 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::ring::{Direct, RingAccess, RingAddrs, RingError, RingView, Seg, SplitRing};
+use super::ring::{Direct, Regions, RingAccess, RingAddrs, RingError, RingView, Seg, SplitRing};
 use super::{features, DeviceHooks, PairCounters, RxError, MAX_FRAME};
 
 /// Most RX buffers (descriptor chains) one MRG_RXBUF frame may span.
@@ -129,7 +129,7 @@ fn place_frame(
     ring: &mut SplitRing,
     a: &impl RingAccess,
     sc: &mut Scratch<'_>,
-    mem: &GuestMemoryMmap,
+    mem: &Regions<'_>,
     frame: &[u8],
     hdr_len: usize,
     mrg: bool,
@@ -184,15 +184,15 @@ fn place_frame(
         for s in &sc.segs[seg_start..seg_end] {
             let mut room = s.len as usize;
             let mut addr = s.addr;
-            // One region lookup per segment (`walk` checked it lies in guest memory); a
-            // segment that crosses regions is written piece by piece through `mem`.
-            let slice = mem.get_slice(GuestAddress(s.addr), room).ok();
+            // One slice per segment, mostly without a region lookup (`walk` checked it lies
+            // in guest memory); a segment that crosses regions is written piece by piece.
+            let slice = mem.slice(s.addr, room);
             while room > 0 && piece < pieces.len() {
                 let src = &pieces[piece][off..];
                 let n = src.len().min(room);
                 let ok = match &slice {
                     Some(vs) => vs.write_slice(&src[..n], (addr - s.addr) as usize).is_ok(),
-                    None => mem.write_slice(&src[..n], GuestAddress(addr)).is_ok(),
+                    None => mem.mem.write_slice(&src[..n], GuestAddress(addr)).is_ok(),
                 };
                 if n > 0 && !ok {
                     write_failed = true;
@@ -486,12 +486,13 @@ impl Device {
     ) {
         let old = ring.next_used;
         let mut out_of_buffers = false;
+        let regions = Regions::new(mem);
         for (f, o) in frames.iter().zip(out.iter_mut()) {
             if out_of_buffers {
                 *o = Err(RxError::NoBuffers);
                 continue;
             }
-            *o = match place_frame(ring, a, scratch, mem, f, hdr_len, mrg) {
+            *o = match place_frame(ring, a, scratch, &regions, f, hdr_len, mrg) {
                 Ok(()) => Ok(()),
                 Err(Place::Rx(e)) => {
                     out_of_buffers = e == RxError::NoBuffers;
@@ -588,6 +589,7 @@ impl Device {
         let mut broken = false;
         let (mut frames, mut bytes) = (0u64, 0u64);
         let mut ran = false;
+        let regions = Regions::new(mem);
         // The chains of the batch, each frame handed to `sink` (the hooks' per-frame call
         // inside their per-burst state).
         let mut take = |sink: &mut dyn FnMut(&[u8])| {
@@ -605,7 +607,7 @@ impl Device {
                     }
                 };
                 tx.segs.clear();
-                match ring.walk_in(a, mem, head, false, tx.segs) {
+                match ring.walk_in(a, &regions, head, false, tx.segs) {
                     Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
                         c.tx_errors.fetch_add(1, Ordering::Relaxed);
                     }
@@ -617,9 +619,9 @@ impl Device {
                             let l = s.len as usize;
                             // `walk` checked the segment is in guest memory and `total` fits `buf`.
                             let dst = &mut tx.buf[pos..pos + l];
-                            let read = match mem.get_slice(GuestAddress(s.addr), l) {
-                                Ok(vs) => vs.read_slice(dst, 0).is_ok(),
-                                Err(_) => mem.read_slice(dst, GuestAddress(s.addr)).is_ok(),
+                            let read = match regions.slice(s.addr, l) {
+                                Some(vs) => vs.read_slice(dst, 0).is_ok(),
+                                None => mem.read_slice(dst, GuestAddress(s.addr)).is_ok(),
                             };
                             if !read {
                                 ok = false;

@@ -20,10 +20,14 @@
 //! avail = {flags: le16, idx: le16, ring[size]: le16, used_event: le16};
 //! used = {flags: le16, idx: le16, ring[size]: {id: le32, len: le32}, avail_event: le16}.
 
+use std::cell::Cell;
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
+use vm_memory::{
+    Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap, MemoryRegionAddress,
+    VolatileSlice,
+};
 
 const DESC_F_NEXT: u16 = 1;
 const DESC_F_WRITE: u16 = 2;
@@ -97,6 +101,40 @@ pub fn range_ok(mem: &GuestMemoryMmap, addr: u64, len: u64) -> bool {
     match (addr.checked_add(len), usize::try_from(len)) {
         (Some(_), Ok(l)) => GuestMemoryBackend::check_range(mem, GuestAddress(addr), l),
         _ => false,
+    }
+}
+
+/// Guest memory for one batch, with the region of the last lookup kept: a buffer segment in
+/// that region costs a bounds check instead of a region search (a guest's RX and TX buffers
+/// mostly come from one region). Ranges that cross regions take the general path.
+pub struct Regions<'a> {
+    pub mem: &'a GuestMemoryMmap,
+    last: Cell<Option<&'a GuestRegionMmap>>,
+}
+
+impl<'a> Regions<'a> {
+    pub fn new(mem: &'a GuestMemoryMmap) -> Self {
+        Regions { mem, last: Cell::new(None) }
+    }
+
+    /// `[addr, addr + len)` as one slice, `None` if it is not inside one region.
+    pub fn slice(&self, addr: u64, len: usize) -> Option<VolatileSlice<'a, ()>> {
+        let within = |r: &'a GuestRegionMmap| {
+            let off = addr.checked_sub(r.start_addr().0)?;
+            r.get_slice(MemoryRegionAddress(off), len).ok()
+        };
+        if let Some(s) = self.last.get().and_then(within) {
+            return Some(s);
+        }
+        let r = self.mem.find_region(GuestAddress(addr))?;
+        self.last.set(Some(r));
+        within(r)
+    }
+
+    /// [`range_ok`], answered from the kept region when the range lies in it.
+    pub fn range_ok(&self, addr: u64, len: u64) -> bool {
+        let in_one = usize::try_from(len).ok().is_some_and(|l| l > 0 && self.slice(addr, l).is_some());
+        in_one || range_ok(self.mem, addr, len)
     }
 }
 
@@ -270,7 +308,7 @@ impl SplitRing {
     /// must have the direction `writable`; their ranges are checked against guest memory.
     /// Returns the total byte length (bounded by `MAX_CHAIN_SEGMENTS * u32::MAX`).
     pub fn walk(&self, mem: &GuestMemoryMmap, head: u16, writable: bool, out: &mut Vec<Seg>) -> Result<u64, RingError> {
-        self.walk_in(&self.direct(mem), mem, head, writable, out)
+        self.walk_in(&self.direct(mem), &Regions::new(mem), head, writable, out)
     }
 
     /// [`SplitRing::walk`] reading the ring's descriptor table through `a` (indirect tables
@@ -278,7 +316,7 @@ impl SplitRing {
     pub fn walk_in(
         &self,
         a: &impl RingAccess,
-        mem: &GuestMemoryMmap,
+        mem: &Regions<'_>,
         head: u16,
         writable: bool,
         out: &mut Vec<Seg>,
@@ -300,7 +338,7 @@ impl SplitRing {
             let mut raw = [0u8; 16];
             match indirect_table {
                 None => a.read(Area::Desc, 16 * u64::from(idx), &mut raw)?,
-                Some(t) => mem.read_slice(&mut raw, add(t, 16 * u64::from(idx))?).map_err(|_| RingError::Memory)?,
+                Some(t) => mem.mem.read_slice(&mut raw, add(t, 16 * u64::from(idx))?).map_err(|_| RingError::Memory)?,
             }
             let addr = u64::from_le_bytes(raw[0..8].try_into().unwrap_or_default());
             let len = u32::from_le_bytes(raw[8..12].try_into().unwrap_or_default());
@@ -312,7 +350,7 @@ impl SplitRing {
                     return Err(RingError::BadIndirect);
                 }
                 let n = len / 16;
-                if n as usize > MAX_CHAIN_SEGMENTS || !range_ok(mem, addr, u64::from(len)) {
+                if n as usize > MAX_CHAIN_SEGMENTS || !mem.range_ok(addr, u64::from(len)) {
                     return Err(RingError::BadIndirect);
                 }
                 indirect_table = Some(addr);
@@ -324,7 +362,7 @@ impl SplitRing {
                 return Err(RingError::WrongDirection);
             }
             if len > 0 {
-                if !range_ok(mem, addr, u64::from(len)) {
+                if !mem.range_ok(addr, u64::from(len)) {
                     return Err(RingError::BadAddress);
                 }
                 out.push(Seg { addr, len });
