@@ -561,7 +561,7 @@ fn batch_delivery_publishes_once_and_refuses_what_does_not_fit() {
     let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
     let mut out = vec![Ok(()); 8];
     let before = s.backend.counters().pairs[0];
-    s.rx.deliver_batch(0, &refs, &mut out);
+    s.rx.deliver_batch(0, &refs, &[], &mut out);
     assert!(out[..5].iter().all(|o| o.is_ok()), "{out:?}");
     assert!(out[5..].iter().all(|o| *o == Err(RxError::NoBuffers)), "{out:?}");
     assert_eq!(v.rings[0].used_idx(&g), 5, "the five frames, published together");
@@ -584,7 +584,7 @@ fn batch_delivery_publishes_once_and_refuses_what_does_not_fit() {
     }
     let (small, big) = (frame(60, 9), frame(600, 10));
     let mut out = vec![Ok(()); 3];
-    s.rx.deliver_batch(0, &[&small[..], &big[..], &small[..]], &mut out);
+    s.rx.deliver_batch(0, &[&small[..], &big[..], &small[..]], &[], &mut out);
     assert_eq!(out, vec![Ok(()), Ok(()), Err(RxError::NoBuffers)]);
     assert_eq!(v.rings[0].used_idx(&g), 9, "one used element for the small frame, three for the big one");
     let used: Vec<(u32, u32)> = (0..4).map(|_| v.rings[0].pop_used(&g).unwrap()).collect();
@@ -592,5 +592,55 @@ fn batch_delivery_publishes_once_and_refuses_what_does_not_fit() {
     let mut hdr = [0u8; HDR];
     g.read(&mut hdr, buf(6));
     assert_eq!(u16::from_le_bytes([hdr[10], hdr[11]]), 3, "num_buffers of the big frame");
+    drop(fe);
+}
+
+/// With HASH_REPORT acked (QEMU's `hash=on`) the header is `virtio_net_hdr_v1_hash`, 20
+/// bytes both ways: RX frames carry the NIC's hash and its kind, TX frames are read after
+/// 20 bytes. Without it (every other test here) the header stays 12 bytes and the hash is
+/// dropped.
+#[test]
+fn hash_report_puts_the_hash_into_a_20_byte_header_both_ways() {
+    use arfsnic::model::rss::HashKind;
+    use arfsnic::vhost::GuestRx;
+    const HDR_HASH: usize = 20;
+    let s = Setup::new(1, None);
+    let g = new_guest();
+    let mut fe = connect(&s.path);
+    fe.acked = features::OFFERED;
+    assert_ne!(fe.acked & features::HASH_REPORT, 0, "the backend offers HASH_REPORT");
+    let mut v = qemu_startup(&mut fe, &g, 1, true);
+    wait_for("link up", || s.rx.link_up());
+
+    let buf = |d: u16| BUF_BASE + 0x800 * u64::from(d);
+    for d in 0..3 {
+        v.rings[0].post_rx(&g, d, buf(d), 2048);
+    }
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| frame(80 + i, i as u8)).collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let hashes = [Some((0xdead_beef, HashKind::Tcpv4)), None, Some((7, HashKind::Udpv6))];
+    let mut out = vec![Ok(()); 3];
+    s.rx.deliver_batch(0, &refs, &hashes, &mut out);
+    assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
+    for (i, want) in [(0xdead_beefu32, 2u16), (0, 0), (7, 6)].into_iter().enumerate() {
+        let (id, len) = v.rings[0].pop_used(&g).unwrap();
+        assert_eq!((id, len as usize), (i as u32, HDR_HASH + frames[i].len()));
+        let mut b = vec![0u8; len as usize];
+        g.read(&mut b, buf(i as u16));
+        assert_eq!(u16::from_le_bytes([b[10], b[11]]), 1, "num_buffers");
+        let value = u32::from_le_bytes(b[12..16].try_into().unwrap());
+        let report = u16::from_le_bytes([b[16], b[17]]);
+        assert_eq!((value, report), want, "hash_value, hash_report of frame {i}");
+        assert_eq!(&b[HDR_HASH..], &frames[i][..]);
+    }
+
+    // TX: the frame starts after the 20-byte header.
+    let f = frame(64, 42);
+    let a = BUF_BASE + 0x4_0000;
+    g.mem().write_slice(&[0u8; HDR_HASH], GuestAddress(a)).unwrap();
+    g.mem().write_slice(&f, GuestAddress(a + HDR_HASH as u64)).unwrap();
+    v.rings[1].add_chain(&g, &[(a, (HDR_HASH + f.len()) as u32, false)]);
+    v.kicks[1].write(1).unwrap();
+    wait_for("tx frame", || s.rec.tx.lock().unwrap().iter().any(|(p, b)| *p == 0 && *b == f));
     drop(fe);
 }

@@ -126,7 +126,7 @@ qemu_start() {
     "$QEMU" -nodefaults -nographic -accel tcg,thread=single -machine q35,memory-backend=mem -cpu max \
         -smp "$smp" -m 512M -object memory-backend-memfd,id=mem,size=512M,share=on \
         -chardev "socket,id=c0,path=$SOCK" -netdev "vhost-user,id=n0,chardev=c0,queues=$queues" \
-        -device "virtio-net-pci,netdev=n0,mq=on,vectors=$((2 * queues + 2)),mac=$GUEST_MAC" \
+        -device "virtio-net-pci,netdev=n0,mq=on,hash=on,vectors=$((2 * queues + 2)),mac=$GUEST_MAC" \
         -kernel "$KERNEL" -initrd "$initrd" -append "$append" -serial stdio "$@" \
         </dev/null >"$log" 2>"$log.stderr" &
     QEMU_PID=$!

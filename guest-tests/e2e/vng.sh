@@ -217,7 +217,7 @@ EOF
 # ------------------------------------------------------------------ vng
 QOPTS="-chardev socket,id=arfsc0,path=$SOCK"
 QOPTS+=" -netdev vhost-user,id=arfsn0,chardev=arfsc0,queues=$QUEUES"
-QOPTS+=" -device virtio-net-pci,netdev=arfsn0,mq=on,vectors=$((2 * QUEUES + 2)),mac=$GUEST_MAC"
+QOPTS+=" -device virtio-net-pci,netdev=arfsn0,mq=on,hash=on,vectors=$((2 * QUEUES + 2)),mac=$GUEST_MAC"
 # QEMU opens vng's stdout and stderr by /proc/self/fd/N once per chardev (console, the
 # command's stdout/stderr): on a regular file each open has its own offset and truncates,
 # so the outputs overwrite each other. Pipes (through cat) keep them whole.

@@ -21,4 +21,4 @@ pub mod snapshot;
 pub use clock::Clock;
 pub use control::{ControlRuntime, ControlSink, Schedule};
 pub use nic::EmulatedNic;
-pub use ports::{Burst, ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
+pub use ports::{Burst, ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, RxHash, ToGuest, MAX_BATCH};

@@ -2,7 +2,9 @@
 //! the traffic source and the control plane.
 
 use super::clock::Clock;
-use super::ports::{Burst, ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, ToGuest, MAX_BATCH};
+use super::ports::{
+    Burst, ControlPlane, Delivery, DeviceHooks, GuestPeer, GuestRx, RxError, RxHash, ToGuest, MAX_BATCH,
+};
 use crate::model::nic::{Classifier, Decision, Nic};
 use crate::wire::control::DEVICE_MAC;
 use crate::wire::ethernet::{ethertype, innermost_ethertype, source_mac, MacAddr};
@@ -162,7 +164,12 @@ impl ToGuest for EmulatedNic {
             Err(done) => return done,
         };
         let q = d.queue.unwrap_or_default();
-        let r = self.rx.get().map(|rx| rx.deliver(q, frame));
+        let r = self.rx.get().map(|rx| {
+            let mut res = [Ok(())];
+            rx.deliver_batch(q, &[frame], &[d.rss.hash], &mut res);
+            let [r] = res;
+            r
+        });
         self.delivered(&d, q, frame.len(), r.as_ref())
     }
 
@@ -183,6 +190,7 @@ impl ToGuest for EmulatedNic {
         let rx = self.rx.get();
         let mut idx = [0usize; MAX_BATCH];
         let mut group: [&[u8]; MAX_BATCH] = [&[]; MAX_BATCH];
+        let mut hashes: [RxHash; MAX_BATCH] = [None; MAX_BATCH];
         let mut res: [Result<(), RxError>; MAX_BATCH] = [const { Ok(()) }; MAX_BATCH];
         for i in 0..n {
             let Some(q) = dec[i].and_then(|d| d.queue) else { continue };
@@ -192,12 +200,13 @@ impl ToGuest for EmulatedNic {
                 if let Some(d) = dec[j].filter(|d| d.queue == Some(q)) {
                     idx[m] = j;
                     group[m] = frames[j];
+                    hashes[m] = d.rss.hash;
                     m += 1;
                     out[j] = Delivery { queue: Some(q), delivered: false, filter: d.filter };
                 }
             }
             if let Some(rx) = rx {
-                rx.deliver_batch(q, &group[..m], &mut res[..m]);
+                rx.deliver_batch(q, &group[..m], &hashes[..m], &mut res[..m]);
             }
             // Delivered frames are counted together; the rest one by one.
             let (mut ok, mut bytes, mut via_filter) = (0u64, 0u64, 0u64);

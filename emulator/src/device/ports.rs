@@ -3,6 +3,12 @@
 //! a traffic source implements [`GuestPeer`] and calls [`ToGuest`]; the control runtime
 //! implements [`ControlPlane`]. Nothing here knows vrings, sockets or QEMU.
 
+use crate::model::rss::HashKind;
+
+/// The RSS hash of a received frame and the kind of input it was computed over (`None`:
+/// the frame was not hashed).
+pub type RxHash = Option<(u32, HashKind)>;
+
 /// A burst of frames handed over one at a time: called with a sink, it calls the sink once
 /// per frame. The frames may share one buffer, so none outlives its call.
 pub type Burst<'a> = dyn FnMut(&mut dyn FnMut(&[u8])) + 'a;
@@ -61,7 +67,10 @@ pub trait GuestRx: Send + Sync + 'static {
     /// Writes `frames` into the RX queue of `pair` in order; `out[i]` (`out` at least as long
     /// as `frames`) is what `deliver` would have returned for `frames[i]`. The vhost-user
     /// adapter publishes the whole batch at once and decides on one interrupt for it.
-    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+    /// `hashes[i]`, when given, is the RSS hash the NIC computed for `frames[i]`: reported to a
+    /// guest that asked for it (virtio-net `HASH_REPORT`), ignored otherwise.
+    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], hashes: &[RxHash], out: &mut [Result<(), RxError>]) {
+        let _ = hashes;
         for (f, o) in frames.iter().zip(out.iter_mut()) {
             *o = self.deliver(pair, f);
         }

@@ -183,6 +183,18 @@ impl HashKind {
             HashKind::Udpv6 => "udpv6",
         }
     }
+
+    /// The `hash_report` value of a virtio-net header (VIRTIO_NET_HASH_REPORT_*).
+    pub fn virtio_report(self) -> u16 {
+        match self {
+            HashKind::Ipv4 => 1,
+            HashKind::Tcpv4 => 2,
+            HashKind::Udpv4 => 3,
+            HashKind::Ipv6 => 4,
+            HashKind::Tcpv6 => 5,
+            HashKind::Udpv6 => 6,
+        }
+    }
 }
 
 /// Which header fields feed the hash per flow type (ethtool's `rx-flow-hash`, as its

@@ -77,9 +77,11 @@ impl QemuSpec {
             format!("socket,id=c0,path={}", self.socket.display()),
             "-netdev".into(),
             format!("vhost-user,id=n0,chardev=c0,queues={n}"),
-            // 2N+2 MSI-X vectors: one per RX and TX queue plus config and control.
+            // 2N+2 MSI-X vectors: one per RX and TX queue plus config and control. `hash=on`:
+            // the guest may negotiate HASH_REPORT, which the backend offers (each frame's RSS
+            // hash in its header: ethtool's `rxhash`, off in the guest until turned on).
             "-device".into(),
-            format!("virtio-net-pci,netdev=n0,mq=on,vectors={},mac={}", 2 * u32::from(n) + 2, self.mac),
+            format!("virtio-net-pci,netdev=n0,mq=on,hash=on,vectors={},mac={}", 2 * u32::from(n) + 2, self.mac),
             "-kernel".into(),
             self.kernel.display().to_string(),
             "-initrd".into(),
@@ -302,7 +304,7 @@ mod tests {
         assert!(a.contains("memory-backend-memfd,id=mem,size=1024M,share=on"));
         assert!(a.contains("q35,memory-backend=mem"));
         assert!(a.contains("vhost-user,id=n0,chardev=c0,queues=3"));
-        assert!(a.contains("virtio-net-pci,netdev=n0,mq=on,vectors=8,"));
+        assert!(a.contains("virtio-net-pci,netdev=n0,mq=on,hash=on,vectors=8,"));
         assert!(a.contains("-smp 4,sockets=1,dies=2,cores=2,threads=1"));
         assert!(a.starts_with("-nodefaults"));
     }

@@ -13,10 +13,12 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::ring::{Direct, Regions, RingAccess, RingAddrs, RingError, RingView, Seg, SplitRing};
-use super::{features, DeviceHooks, PairCounters, RxError, MAX_FRAME};
+use super::{features, DeviceHooks, PairCounters, RxError, RxHash, MAX_FRAME};
 
 /// Most RX buffers (descriptor chains) one MRG_RXBUF frame may span.
 const MAX_RX_BUFFERS: u16 = 1024;
+/// The virtio-net header with a hash report (`virtio_net_hdr_v1_hash`).
+const HDR_LEN_HASH: usize = super::MAX_HDR_LEN;
 /// TX chains handled per lock hold / used-ring publication.
 pub(crate) const TX_BATCH: u16 = 64;
 
@@ -130,7 +132,7 @@ fn place_frame(
     a: &impl RingAccess,
     sc: &mut Scratch<'_>,
     mem: &Regions<'_>,
-    frame: &[u8],
+    (frame, hash): (&[u8], RxHash),
     hdr_len: usize,
     mrg: bool,
 ) -> Result<(), Place> {
@@ -170,9 +172,14 @@ fn place_frame(
         return Err(Place::Rx(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers }));
     }
 
-    // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k.
-    let mut hdr = [0u8; 12];
+    // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k;
+    // with HASH_REPORT (20 bytes, virtio_net_hdr_v1_hash) then hash_value, hash_report.
+    let mut hdr = [0u8; HDR_LEN_HASH];
     hdr[10..12].copy_from_slice(&k.to_le_bytes());
+    if let Some((value, kind)) = hash {
+        hdr[12..16].copy_from_slice(&value.to_le_bytes());
+        hdr[16..18].copy_from_slice(&kind.virtio_report().to_le_bytes());
+    }
     let pieces: [&[u8]; 2] = [&hdr[..hdr_len], frame];
     let mut piece = 0usize;
     let mut off = 0usize;
@@ -272,7 +279,9 @@ impl Device {
 
     fn hdr_len(&self) -> usize {
         let f = self.acked_features();
-        if f & (features::VERSION_1 | features::MRG_RXBUF) != 0 {
+        if f & features::HASH_REPORT != 0 {
+            HDR_LEN_HASH
+        } else if f & (features::VERSION_1 | features::MRG_RXBUF) != 0 {
             12
         } else {
             10
@@ -404,7 +413,7 @@ impl Device {
     /// Puts one frame into the RX vring of `pair` (see `RxPort::deliver`).
     pub fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
         let mut out = [Ok(())];
-        self.deliver_batch(pair, &[frame], &mut out);
+        self.deliver_batch(pair, &[frame], &[], &mut out);
         let [r] = out;
         r
     }
@@ -413,15 +422,16 @@ impl Device {
     /// `frames[i]` (`out` at least as long as `frames`). One memory-table read, one lock of
     /// the vring, one `used.idx` publication, one interrupt decision and one counter update
     /// per call. Once the ring runs out of buffers the rest of the batch is refused with
-    /// `NoBuffers` without looking at the ring again.
-    pub fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+    /// `NoBuffers` without looking at the ring again. `hashes[i]` (missing: none) goes into
+    /// `frames[i]`'s header when the guest negotiated `HASH_REPORT`.
+    pub fn deliver_batch(&self, pair: u16, frames: &[&[u8]], hashes: &[RxHash], out: &mut [Result<(), RxError>]) {
         let out = &mut out[..frames.len()];
         if pair >= self.pairs {
             out.iter_mut().for_each(|o| *o = Err(RxError::NoSuchQueue));
             return;
         }
         let c = self.count(pair);
-        self.deliver_locked(pair, frames, out);
+        self.deliver_locked(pair, frames, hashes, out);
         let (mut frames_ok, mut bytes, mut no_buf, mut dropped) = (0u64, 0u64, 0u64, 0u64);
         for (f, o) in frames.iter().zip(out.iter()) {
             match o {
@@ -442,7 +452,7 @@ impl Device {
         }
     }
 
-    fn deliver_locked(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
+    fn deliver_locked(&self, pair: u16, frames: &[&[u8]], hashes: &[RxHash], out: &mut [Result<(), RxError>]) {
         let fail = |out: &mut [Result<(), RxError>], e: RxError| out.iter_mut().for_each(|o| *o = Err(e.clone()));
         let Some(mem) = self.mem() else {
             return fail(out, RxError::NotReady);
@@ -462,10 +472,10 @@ impl Device {
         // The ring's areas as slices taken once for the batch; through guest memory (a
         // region lookup per access) when an area crosses a region boundary.
         match RingView::new(&mem, &ring.addrs) {
-            Some(v) => self.fill(pair, ring, &v, &mem, &mut scratch, frames, out, (hdr_len, mrg), call),
+            Some(v) => self.fill(pair, ring, &v, &mem, &mut scratch, (frames, hashes), out, (hdr_len, mrg), call),
             None => {
                 let d = Direct::new(&mem, ring.addrs);
-                self.fill(pair, ring, &d, &mem, &mut scratch, frames, out, (hdr_len, mrg), call)
+                self.fill(pair, ring, &d, &mem, &mut scratch, (frames, hashes), out, (hdr_len, mrg), call)
             }
         }
     }
@@ -479,7 +489,7 @@ impl Device {
         a: &impl RingAccess,
         mem: &GuestMemoryMmap,
         scratch: &mut Scratch<'_>,
-        frames: &[&[u8]],
+        (frames, hashes): (&[&[u8]], &[RxHash]),
         out: &mut [Result<(), RxError>],
         (hdr_len, mrg): (usize, bool),
         call: &Option<File>,
@@ -487,12 +497,12 @@ impl Device {
         let old = ring.next_used;
         let mut out_of_buffers = false;
         let regions = Regions::new(mem);
-        for (f, o) in frames.iter().zip(out.iter_mut()) {
+        for (i, (f, o)) in frames.iter().zip(out.iter_mut()).enumerate() {
             if out_of_buffers {
                 *o = Err(RxError::NoBuffers);
                 continue;
             }
-            *o = match place_frame(ring, a, scratch, &regions, f, hdr_len, mrg) {
+            *o = match place_frame(ring, a, scratch, &regions, (f, hashes.get(i).copied().flatten()), hdr_len, mrg) {
                 Ok(()) => Ok(()),
                 Err(Place::Rx(e)) => {
                     out_of_buffers = e == RxError::NoBuffers;
@@ -585,6 +595,8 @@ impl Device {
     ) -> bool {
         let c = self.count(pair);
         let hdr_len = tx.hdr_len;
+        // Longest chain taken: header + MAX_FRAME, and never more than the worker's buffer.
+        let max_total = (MAX_FRAME + hdr_len).min(tx.buf.len());
         tx.used.clear();
         let mut broken = false;
         let (mut frames, mut bytes) = (0u64, 0u64);
@@ -608,7 +620,7 @@ impl Device {
                 };
                 tx.segs.clear();
                 match ring.walk_in(a, &regions, head, false, tx.segs) {
-                    Ok(total) if total as usize > MAX_FRAME + hdr_len || (total as usize) < hdr_len => {
+                    Ok(total) if total as usize > max_total || (total as usize) < hdr_len => {
                         c.tx_errors.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(total) => {

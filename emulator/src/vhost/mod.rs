@@ -70,13 +70,15 @@ use std::time::Duration;
 
 use vmm_sys_util::epoll::EpollEvent;
 
-pub use crate::device::{DeviceHooks, GuestRx, RxError};
+pub use crate::device::{DeviceHooks, GuestRx, RxError, RxHash};
 use device::Device;
 use handler::ConnEnd;
 
 /// Largest Ethernet frame (without virtio-net header) accepted on TX and RX: 64 KiB GSO-less
 /// maximum plus Ethernet/VLAN headers.
 pub const MAX_FRAME: usize = 65550;
+/// Longest virtio-net header a guest may negotiate (`virtio_net_hdr_v1_hash`, HASH_REPORT).
+pub const MAX_HDR_LEN: usize = 20;
 
 /// Virtio feature bits offered to the frontend.
 pub mod features {
@@ -86,8 +88,12 @@ pub mod features {
     pub const EVENT_IDX: u64 = 1 << 29;
     pub const PROTOCOL_FEATURES: u64 = 1 << 30;
     pub const VERSION_1: u64 = 1 << 32;
+    /// Each received frame's RSS hash in its virtio-net header (`virtio_net_hdr_v1_hash`,
+    /// 20 bytes on both RX and TX). QEMU passes it to the guest only with the device
+    /// property `hash=on`; the guest then offers ethtool's `rxhash`.
+    pub const HASH_REPORT: u64 = 1 << 57;
     /// Everything we offer.
-    pub const OFFERED: u64 = VERSION_1 | MQ | MRG_RXBUF | EVENT_IDX | INDIRECT_DESC | PROTOCOL_FEATURES;
+    pub const OFFERED: u64 = VERSION_1 | MQ | MRG_RXBUF | EVENT_IDX | INDIRECT_DESC | PROTOCOL_FEATURES | HASH_REPORT;
 }
 
 /// Cloneable handle the upper layers use to put frames into RX queues from any thread.
@@ -120,8 +126,8 @@ impl GuestRx for RxPort {
     fn deliver(&self, pair: u16, frame: &[u8]) -> Result<(), RxError> {
         RxPort::deliver(self, pair, frame)
     }
-    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], out: &mut [Result<(), RxError>]) {
-        self.dev.deliver_batch(pair, frames, out)
+    fn deliver_batch(&self, pair: u16, frames: &[&[u8]], hashes: &[RxHash], out: &mut [Result<(), RxError>]) {
+        self.dev.deliver_batch(pair, frames, hashes, out)
     }
     fn enabled_pairs(&self) -> Vec<bool> {
         RxPort::enabled_pairs(self)
@@ -314,7 +320,7 @@ impl Drop for Backend {
 fn worker_loop(dev: &Arc<Device>, t: usize) {
     let ctl = &dev.workers[t];
     let mut events = vec![EpollEvent::default(); 2 * usize::from(dev.pairs) + 1];
-    let mut buf = vec![0u8; MAX_FRAME + 12];
+    let mut buf = vec![0u8; MAX_FRAME + MAX_HDR_LEN];
     let my_tx: Vec<usize> =
         (0..usize::from(dev.pairs)).filter(|p| p % dev.workers.len() == t).map(|p| 2 * p + 1).collect();
     while !dev.stop.load(Ordering::Acquire) {
