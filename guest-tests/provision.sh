@@ -41,7 +41,7 @@ export INITRD=No
 APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold)
 
 BASE_PKGS=(busybox-static cpio gzip xz-utils kmod iproute2 ethtool build-essential flex bison bc
-           libelf-dev libssl-dev python3 sockperf iperf3)
+           libelf-dev libssl-dev python3 python3-yaml sockperf iperf3)
 
 pkg_installed() { # pkg...
     local p

@@ -128,7 +128,7 @@ else
 fi
 
 step "the kernel's NIC selftests on the Debian guest: results as recorded in guest-tests/selftests/expected-patched-7.3.txt (docs/selftests.md)"
-bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py rss_ctx.py
+bash guest-tests/selftests/run.sh --check rss_api.py ntuple.py rss_ctx.py rss_input_xfrm.py toeplitz.py
 
 step "topology matrix: 3-16 vCPUs in 1-4 LLCs, every run healthy (docs/results.md)"
 cargo test --locked --release --test e2e_matrix -- --ignored --test-threads=1 --nocapture

@@ -54,6 +54,19 @@ for t in "${TESTS[@]}"; do
     [ -f "$KDIR/tools/testing/selftests/drivers/net/hw/$t" ] || die "no drivers/net/hw/$t in $KDIR"
 done
 
+# Test programs the Python tests run, built on this host from the same tree (they link
+# the tree's ynl library and need its uapi headers; needs gcc, make, python3-yaml).
+HELPERS=()
+for t in "${TESTS[@]}"; do
+    case "$t" in toeplitz.py) HELPERS+=(toeplitz) ;; esac
+done
+for h in "${HELPERS[@]}"; do
+    hw="$KDIR/tools/testing/selftests/drivers/net/hw"
+    [ -x "$hw/$h" ] && continue
+    { make -s -C "$KDIR" headers && make -s -C "$hw" "$hw/$h"; } >&2 ||
+        die "building $h from $hw failed (needs gcc, make, python3-yaml)"
+done
+
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 # What the Python tests import: their libraries, ynl and its specs (the paths they
@@ -61,6 +74,7 @@ trap 'rm -rf "$WORK"' EXIT
 (cd "$KDIR" && tar -cf - \
     tools/testing/selftests/drivers/net/lib tools/testing/selftests/drivers/net/hw/lib \
     "${TESTS[@]/#/tools/testing/selftests/drivers/net/hw/}" \
+    ${HELPERS[@]+"${HELPERS[@]/#/tools/testing/selftests/drivers/net/hw/}"} \
     tools/testing/selftests/net/lib tools/net/ynl/pyynl Documentation/netlink/specs) |
     xz -6 > "$WORK/payload.tar.xz" || die "packing the selftests of $KDIR failed"
 
@@ -74,14 +88,32 @@ cd /tmp/st/tools/testing/selftests/drivers/net/hw || exit 91
 # The tests expect a NIC as it comes up: ntuple filters (so aRFS) off, RPS and RFS not
 # configured (toeplitz.py skips otherwise; rss_input_xfrm.py reads the CPU a packet was
 # processed on, which RPS would choose). The run's init set them up for its workload;
-# they are put back after the tests.
+# they are put back after the tests. rxhash on (toeplitz.py compares the hash the NIC
+# reported with its own; the device reports it with virtio-net's HASH_REPORT).
 ntuple=\$(ethtool -k "\$IF" | sed -n 's/^ntuple-filters: \\([a-z]*\\).*/\\1/p')
+rxhash=\$(ethtool -k "\$IF" | sed -n 's/^receive-hashing: \\([a-z]*\\).*/\\1/p')
 sfe=\$(cat /proc/sys/net/core/rps_sock_flow_entries)
 fcnt=\$(cat /sys/class/net/"\$IF"/queues/rx-0/rps_flow_cnt)
 rps=\$(cat /sys/class/net/"\$IF"/queues/rx-0/rps_cpus)
 ethtool -K "\$IF" ntuple-filters off
 echo 0 > /proc/sys/net/core/rps_sock_flow_entries
 for q in /sys/class/net/"\$IF"/queues/rx-*; do echo 0 > "\$q/rps_flow_cnt"; echo 0 > "\$q/rps_cpus"; done
+ethtool -K "\$IF" rxhash on || echo "selftests hook: rxhash cannot be turned on"
+# An IRQ's affinity set while it is idle takes effect at its next interrupt, which is still
+# handled on the old CPU (x86 MSI without interrupt remapping): rss_input_xfrm.py and
+# toeplitz.py read the CPU a packet was processed on. Traffic from the remote end to many
+# ports interrupts every RX queue once first.
+ip netns exec remote python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for p in range(512):
+    s.sendto(b"warm-up", (sys.argv[1], 20000 + p))
+' "\$LOCAL_V4" || echo "selftests hook: queue warm-up failed"
+sleep 1
+for i in \$(sed -n 's/^ *\\([0-9]*\\):.*-input\\..*/\\1/p' /proc/interrupts); do
+    a=\$(cat /proc/irq/\$i/smp_affinity_list) e=\$(cat /proc/irq/\$i/effective_affinity_list)
+    [ "\$a" = "\$e" ] || echo "selftests hook: IRQ \$i affinity \$a, effective \$e"
+done
 for t in ${TESTS[*]}; do
     echo "=== \$t"
     NETIF=\$IF timeout 900 python3 "\$t" 2>&1
@@ -89,7 +121,7 @@ for t in ${TESTS[*]}; do
 done
 for q in /sys/class/net/"\$IF"/queues/rx-*; do echo "\$fcnt" > "\$q/rps_flow_cnt"; echo "\$rps" > "\$q/rps_cpus"; done
 echo "\$sfe" > /proc/sys/net/core/rps_sock_flow_entries
-ethtool -K "\$IF" ntuple-filters "\${ntuple:-on}"
+ethtool -K "\$IF" ntuple-filters "\${ntuple:-on}" rxhash "\${rxhash:-off}"
 exit 0
 __PAYLOAD__
 EOF
