@@ -99,6 +99,11 @@ ethtool -K "\$IF" ntuple-filters off
 echo 0 > /proc/sys/net/core/rps_sock_flow_entries
 for q in /sys/class/net/"\$IF"/queues/rx-*; do echo 0 > "\$q/rps_flow_cnt"; echo 0 > "\$q/rps_cpus"; done
 ethtool -K "\$IF" rxhash on || echo "selftests hook: rxhash cannot be turned on"
+# rss_ctx.py's persist tests take the link down and up and then ping the remote end over
+# IPv6 (NetDrvEpEnv's default): without this the kernel flushes the static IPv6 address at
+# link down, and nothing here adds it again (a network manager would).
+kad=\$(cat /proc/sys/net/ipv6/conf/"\$IF"/keep_addr_on_down)
+echo 1 > /proc/sys/net/ipv6/conf/"\$IF"/keep_addr_on_down
 # An IRQ's affinity set while it is idle takes effect at its next interrupt, which is still
 # handled on the old CPU (x86 MSI without interrupt remapping): rss_input_xfrm.py and
 # toeplitz.py read the CPU a packet was processed on. Traffic from the remote end to many
@@ -122,6 +127,7 @@ done
 for q in /sys/class/net/"\$IF"/queues/rx-*; do echo "\$fcnt" > "\$q/rps_flow_cnt"; echo "\$rps" > "\$q/rps_cpus"; done
 echo "\$sfe" > /proc/sys/net/core/rps_sock_flow_entries
 ethtool -K "\$IF" ntuple-filters "\${ntuple:-on}" rxhash "\${rxhash:-off}"
+echo "\$kad" > /proc/sys/net/ipv6/conf/"\$IF"/keep_addr_on_down
 exit 0
 __PAYLOAD__
 EOF
@@ -129,11 +135,11 @@ EOF
 } > "$WORK/selftests-hook.sh"
 chmod +x "$WORK/selftests-hook.sh"
 
-# A short run of the steer scenario's shape: the tests run before its workload. 8 queue
+# A short run of the steer scenario's shape: the tests run before its workload. 16 queue
 # pairs on 4 vCPUs: virtio_net starts with 4 combined channels and rss_ctx.py can raise
-# them (it needs a spare one).
+# them (it needs a spare one; its context4 tests need 10).
 sed -e 's/^name = .*/name = "selftests"/' -e "s/^kernel = .*/kernel = \"$KERNEL\"/" \
-    -e 's/^duration_s = .*/duration_s = 2/' -e 's/^queues = .*/queues = 8/' \
+    -e 's/^duration_s = .*/duration_s = 2/' -e 's/^queues = .*/queues = 16/' \
     -e 's/^accel = .*/&\nguest = "debian"\nremote = true/' -e 's/^module = true/&\nhook = "selftests-hook.sh"/' \
     "$REPO/configs/scenarios/steer.toml" > "$WORK/selftests.toml"
 printf '\n[timeouts]\nboot_s = 1800\n' >> "$WORK/selftests.toml"
