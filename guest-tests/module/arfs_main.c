@@ -50,6 +50,9 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/workqueue.h>
+#ifdef ARFS_HAVE_NAPI_IRQ_LOCKED
+#include <net/netdev_rx_queue.h>
+#endif
 
 #include "arfs.h"
 
@@ -490,6 +493,38 @@ static void arfs_irq_affinity(unsigned int irq, struct cpumask *out)
 	rcu_read_unlock();
 }
 
+/*
+ * virtio_net does not tell the core which IRQ serves an RX queue's NAPI
+ * instance (mlx5 does, with netif_napi_set_irq()): netlink's napi-get, which
+ * toeplitz.py maps queues to CPUs with, then has no irq. Set it for the RX
+ * queues that have a NAPI instance at attach (the enabled queues of a running
+ * device; the instance and its irq outlive a link down and a channel change),
+ * from the IRQs the rmap uses. @set false clears the ones we set.
+ */
+static void arfs_napi_irqs(struct arfs_priv *p, bool set)
+{
+#ifdef ARFS_HAVE_NAPI_IRQ_LOCKED
+	struct net_device *dev = p->dev;
+	struct napi_struct *napi;
+	unsigned int i;
+
+	netdev_lock(dev);
+	if (set) {
+		for (i = 0; i < p->nr_rmap && i < dev->real_num_rx_queues; i++) {
+			napi = __netif_get_rx_queue(dev, i)->napi;
+			if (napi && napi->irq < 0)
+				netif_napi_set_irq_locked(napi, p->rmap_irqs[i]);
+		}
+	} else {
+		list_for_each_entry(napi, &dev->napi_list, dev_list)
+			for (i = 0; i < p->nr_rmap; i++)
+				if (napi->irq == p->rmap_irqs[i])
+					netif_napi_set_irq_locked(napi, -1);
+	}
+	netdev_unlock(dev);
+#endif
+}
+
 static int arfs_build_rmap(struct arfs_priv *p)
 {
 	cpumask_var_t mask;
@@ -693,6 +728,7 @@ static void arfs_steering_off_ops(struct arfs_priv *p)
 {
 	struct net_device *dev = p->dev;
 
+	arfs_napi_irqs(p, false);
 	WRITE_ONCE(dev->rx_cpu_rmap, NULL);
 	WRITE_ONCE(dev->netdev_ops, p->orig_ops);
 	if (p->orig_eops) {
@@ -935,6 +971,7 @@ static int arfs_attach(const char *name)
 	dev->features |= NETIF_F_NTUPLE;
 	p->steering = true;
 	netdev_features_change(dev);
+	arfs_napi_irqs(p, true);
 	arfs_info(dev, "aRFS attached: %u RX queues in the rmap, %u buckets per table, ntuple on\n",
 		  p->nr_rmap, 1U << p->hash_bits);
 	rtnl_unlock();
