@@ -25,12 +25,14 @@
 //!
 //! # Features
 //! VERSION_1, MQ, MRG_RXBUF, EVENT_IDX (VIRTIO_RING_F_EVENT_IDX), INDIRECT_DESC,
-//! PROTOCOL_FEATURES; protocol features MQ and REPLY_ACK. QEMU owns the virtio-net config
-//! space and the control queue (it strips VIRTIO_NET_F_MAC and handles `ethtool -L` itself),
-//! so `ethtool -L eth0 combined K` reaches us only as SET_VRING_ENABLE on the affected vrings.
-//! The virtio-net header is `virtio_net_hdr_mrg_rxbuf` (12 bytes) in both directions; RX frames
-//! span several buffers when needed, `num_buffers` is set in the first one and all used
-//! elements of one frame are published with one `used.idx` store.
+//! HASH_REPORT, PROTOCOL_FEATURES; protocol features MQ and REPLY_ACK. QEMU owns the
+//! virtio-net config space and the control queue (it strips VIRTIO_NET_F_MAC and handles
+//! `ethtool -L` itself), so `ethtool -L eth0 combined K` reaches us only as SET_VRING_ENABLE
+//! on the affected vrings; it passes HASH_REPORT on only with the device's `hash=on`.
+//! The virtio-net header is `virtio_net_hdr_mrg_rxbuf` (12 bytes) in both directions, or
+//! `virtio_net_hdr_v1_hash` (20 bytes: each RX frame's RSS hash and type) when the guest
+//! acked HASH_REPORT; RX frames span several buffers when needed, `num_buffers` is set in
+//! the first one and all used elements of one frame are published with one `used.idx` store.
 //!
 //! # Workarounds for QEMU vs. vhost 0.18 / vhost-user-backend 0.24 (measured facts)
 //! 1. **SET_VRING_ENABLE before SET_FEATURES.** With `queues>1`, QEMU 7.2 and 10.0 send, right
