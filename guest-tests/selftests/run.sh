@@ -16,10 +16,13 @@
 # compares the summary with guest-tests/selftests/expected-<NAME>.txt (the known state;
 # the reason for every case that does not pass is in docs/selftests.md) and fails on any
 # difference, in either direction; a case recorded as `ok|not ok` (a wall-clock bound in
-# the test) matches either.
+# the test) matches either. When the only differences are cases recorded `ok` that failed
+# because the test library's 20 s wait for its iperf3 client to exit ran out, the tests
+# run once more (said on stderr) and that run is checked.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ARGS=("$@")
 REPO=$(cd "$HERE/../.." && pwd)
 KERNEL=patched-7.3
 OUT=""
@@ -191,6 +194,41 @@ if [ "$CHECK" = 1 ]; then
             "$EXP" "$OUT/summary.txt" | sort); then
         # what the tests said where they failed (the whole KTAP is in $OUT)
         grep -h -E '^# Check failed|^# Exception\| [A-Za-z.]*(Error|Exception|Ex):|^not ok' "$OUT"/*.ktap || true
+        # One rerun when every difference is a case recorded `ok` that failed only because
+        # the test library gave up waiting for its iperf3 client to exit after SIGTERM (a
+        # 20 s wall-clock bound that a TCG guest under iperf3 -P 16 does not always meet:
+        # docs/selftests.md); a second failure of any kind fails.
+        if [ -z "${ARFSNIC_SELFTESTS_RERUN:-}" ] && python3 - "$EXP" "$OUT" <<'PYEOF'
+import glob, re, sys
+exp, out = sys.argv[1], sys.argv[2]
+want = {}
+for line in open(exp):
+    line = line.strip()
+    if line and not line.startswith("#"):
+        name, state = line.split(" ", 1)
+        want[name] = state
+got = dict(l.strip().split(" ", 1) for l in open(f"{out}/summary.txt") if l.strip())
+timed_out = set()
+for path in glob.glob(f"{out}/*.ktap"):
+    block = []
+    for line in open(path):
+        m = re.match(r"^(ok|not ok) \d+ (\S+)", line)
+        if m:
+            text = "".join(block)
+            if m.group(1) == "not ok" and re.search(r"TimeoutExpired: Command .*iperf3 .* timed out after 20 seconds", text):
+                timed_out.add(m.group(2))
+            block = []
+        else:
+            block.append(line)
+diff = {n for n in set(want) | set(got) if want.get(n) != got.get(n) and not (want.get(n) == "ok|not ok" and got.get(n) in ("ok", "not ok"))}
+ok = bool(diff) and all(want.get(n) == "ok" and got.get(n) == "not ok" and n in timed_out for n in diff)
+print("selftests: " + ", ".join(sorted(diff)) + (": only the iperf3 stop timeout, running the tests once more" if ok else ""), file=sys.stderr)
+sys.exit(0 if ok else 1)
+PYEOF
+        then
+            rm -rf "$WORK"
+            ARFSNIC_SELFTESTS_RERUN=1 exec bash "${BASH_SOURCE[0]}" "${ARGS[@]}"
+        fi
         die "the selftests' results differ from $EXP (update it and docs/selftests.md when a case changes)"
     fi
     echo "selftests: as expected ($EXP)"
