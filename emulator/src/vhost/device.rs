@@ -13,12 +13,10 @@ use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::ring::{Direct, Regions, RingAccess, RingAddrs, RingError, RingView, Seg, SplitRing};
-use super::{features, DeviceHooks, PairCounters, RxError, RxHash, MAX_FRAME};
+use super::{features, DeviceHooks, PairCounters, RxError, RxHash, MAX_FRAME, MAX_HDR_LEN};
 
 /// Most RX buffers (descriptor chains) one MRG_RXBUF frame may span.
 const MAX_RX_BUFFERS: u16 = 1024;
-/// The virtio-net header with a hash report (`virtio_net_hdr_v1_hash`).
-const HDR_LEN_HASH: usize = super::MAX_HDR_LEN;
 /// TX chains handled per lock hold / used-ring publication.
 pub(crate) const TX_BATCH: u16 = 64;
 
@@ -174,7 +172,7 @@ fn place_frame(
 
     // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k;
     // with HASH_REPORT (20 bytes, virtio_net_hdr_v1_hash) then hash_value, hash_report.
-    let mut hdr = [0u8; HDR_LEN_HASH];
+    let mut hdr = [0u8; MAX_HDR_LEN];
     hdr[10..12].copy_from_slice(&k.to_le_bytes());
     if let Some((value, kind)) = hash {
         hdr[12..16].copy_from_slice(&value.to_le_bytes());
@@ -280,7 +278,7 @@ impl Device {
     fn hdr_len(&self) -> usize {
         let f = self.acked_features();
         if f & features::HASH_REPORT != 0 {
-            HDR_LEN_HASH
+            MAX_HDR_LEN
         } else if f & (features::VERSION_1 | features::MRG_RXBUF) != 0 {
             12
         } else {
