@@ -4,8 +4,9 @@
 //! A connection's next worker is a random other CPU, so the share of moves that stay in
 //! an LLC follows from the topology the guest reports: sum over LLC groups of
 //! L(L-1) / N(N-1). With the sysctl on exactly those stop steering, so the Steer-C
-//! reduction must match that share within 5 points (2 LLCs of 8: 7/15 = 46.7 %), and with
-//! the pod in one LLC be >= 99 % (the seed: ~200 000 -> ~10 /s). docs/results.md, "TCP".
+//! reduction must match that share within 5 points (2 LLCs of 8: 7/15 = 46.7 %; a pair
+//! outside is followed by a second, judged pooled with the first), and with the pod in one
+//! LLC be >= 99 % (the seed: ~200 000 -> ~10 /s). docs/results.md, "TCP".
 //! Ignored by a plain `cargo test`; guest-tests/run-tests.sh runs it with `--ignored`.
 
 mod common;
@@ -64,17 +65,33 @@ fn brpc_pod_in_one_llc_loses_its_steers_as_in_the_seed() {
     assert!(s1 <= 0.01 * s0, "the seed's >= 99 %: {s0:.1} -> {s1:.1}");
 }
 
+/// How far the measured Steer-C reduction may sit from the within-LLC share of moves.
+/// Over 11 pairs measured here (docs/results.md) the reduction spread 44.8–51.8 % around a
+/// mean of 47.7 % (σ ≈ 2.1 points): the kernel's re-steer gate and TCG's timing move it,
+/// not counting noise (~5 000 steers a run). A flow judged against the wrong CPU would
+/// land at the across-LLC share (53.3 %), a patch without effect at 0 %.
+const TOLERANCE: f64 = 0.05;
+
 #[test]
 #[ignore = "boots QEMU with 16 vCPUs and the patched 7.3 kernel; run by guest-tests/run-tests.sh"]
 fn brpc_pod_in_two_llcs_loses_the_within_llc_share() {
-    let (s0, s1, share) = check("brpc-pod");
+    let (mut s0, mut s1, share) = check("brpc-pod");
     assert!((share - 7.0 / 15.0).abs() < 1e-9, "2 LLCs of 8: {share}");
     assert!(s0 >= 100.0, "{s0:.1}/s");
+    if ((1.0 - s1 / s0) - share).abs() > TOLERANCE {
+        // One pair is one sample of a spread of σ ≈ 2 points (CI once measured 40.0 %):
+        // a pair outside the tolerance is followed by a second one, and the two are judged
+        // together (their steers pooled), never by the better of them.
+        println!("brpc-pod: outside {:.0} points; a second pair, judged pooled with the first", 100.0 * TOLERANCE);
+        let (t0, t1, _) = check("brpc-pod");
+        (s0, s1) = (s0 + t0, s1 + t1);
+    }
     let reduction = 1.0 - s1 / s0;
     assert!(
-        (reduction - share).abs() <= 0.05,
-        "the Steer-C reduction {:.1} % must match the within-LLC share of moves {:.1} % within 5 points",
+        (reduction - share).abs() <= TOLERANCE,
+        "the Steer-C reduction {:.1} % must match the within-LLC share of moves {:.1} % within {:.0} points",
         100.0 * reduction,
-        100.0 * share
+        100.0 * share,
+        100.0 * TOLERANCE
     );
 }
