@@ -2,7 +2,9 @@
 """Closed-loop UDP request/response client for arfs-echo (host side, for hand tests).
 
 Flow i: local port LOCAL_BASE+i -> REMOTE_HOST:REMOTE_BASE+i, WINDOW requests in flight per
-flow. Requests follow the arfs-echo format ("ARFS", flow u32 BE, seq u32 BE, reserved).
+flow: a request unanswered for 0.5 s counts as lost and a new one takes its place (its reply,
+if it comes later, is counted but sends nothing), so a loss never shrinks or grows a flow's
+window. Requests follow the arfs-echo format ("ARFS", flow u32 BE, seq u32 BE, reserved).
 Prints one JSON line: sent, replies, bad replies, replies/s, replies per guest CPU (the CPU
 arfs-echo put into bytes 12..16), flows that got replies.
 """
@@ -27,19 +29,22 @@ for i in range(a.flows):
     s.connect((a.host, a.remote_base + i))
     s.setblocking(False)
     socks.append(s)
+LOST_S = 0.5  # a request unanswered this long is replaced
 seq = [0] * a.flows
 sent = [0] * a.flows
 got = [0] * a.flows
+inflight = [dict() for _ in range(a.flows)]  # seq -> send time, per flow
 cpus = {}
 bad = 0
 
 def send(i):
+    inflight[i][seq[i]] = time.time()
     try:
         socks[i].send(b"ARFS" + struct.pack(">III", i, seq[i], 0) + pad)
-        seq[i] += 1
         sent[i] += 1
     except (BlockingIOError, ConnectionRefusedError):
-        pass
+        pass  # stays in flight: replaced once it counts as lost
+    seq[i] += 1
 
 if a.junk:
     for d in (b"xx", b"XXXX" + bytes(20)):
@@ -57,14 +62,13 @@ end = t0 + a.seconds
 for i in range(a.flows):
     for _ in range(a.window):
         send(i)
-last_rx = [time.time()] * a.flows
 while time.time() < end:
     ev = p.poll(0.1)
     now = time.time()
     for i in range(a.flows):
-        if now - last_rx[i] > 0.5:  # this flow's requests were lost: put a new one in flight
+        for q in [q for q, t in inflight[i].items() if now - t > LOST_S]:
+            del inflight[i][q]  # lost: a new request takes its place
             send(i)
-            last_rx[i] = now
     for fd, _ in ev:
         i = fdmap[fd]
         while True:
@@ -72,14 +76,14 @@ while time.time() < end:
                 d = socks[i].recv(65536)
             except (BlockingIOError, ConnectionRefusedError):
                 break
-            last_rx[i] = time.time()
             if len(d) < 16 or d[:4] != b"ARFS" or struct.unpack(">I", d[4:8])[0] != i:
                 bad += 1
                 continue
             cpu = struct.unpack(">I", d[12:16])[0]
             cpus[cpu] = cpus.get(cpu, 0) + 1
             got[i] += 1
-            send(i)
+            if inflight[i].pop(struct.unpack(">I", d[8:12])[0], None) is not None:
+                send(i)
 el = time.time() - t0
 print(json.dumps({"sent": sum(sent), "replies": sum(got), "bad": bad, "elapsed_s": round(el, 3),
                   "replies_per_s": round(sum(got) / el, 1),
