@@ -188,26 +188,24 @@ if [ "$CHECK" = 1 ]; then
     [ -f "$EXP" ] || die "--check: $EXP missing"
     # A case recorded as `ok|not ok` asserts a wall-clock bound (docs/selftests.md says
     # which and why): either result matches it.
-    if ! diff -u <(grep -v '^#' "$EXP" | sed '/^$/d' | sort) \
+    if ! DIFF=$(diff -u <(grep -v '^#' "$EXP" | sed '/^$/d' | sort) \
         <(awk 'NR == FNR { if ($2 == "ok|not") either[$1] = 1; next }
                $1 in either { print $1 " ok|not ok"; next } { print }' \
-            "$EXP" "$OUT/summary.txt" | sort); then
+            "$EXP" "$OUT/summary.txt" | sort)); then
+        echo "$DIFF"
         # what the tests said where they failed (the whole KTAP is in $OUT)
         grep -h -E '^# Check failed|^# Exception\| [A-Za-z.]*(Error|Exception|Ex):|^not ok' "$OUT"/*.ktap || true
         # One rerun when every difference is a case recorded `ok` that failed only because
         # the test library gave up waiting for its iperf3 client to exit after SIGTERM (a
         # 20 s wall-clock bound that a TCG guest under iperf3 -P 16 does not always meet:
-        # docs/selftests.md); a second failure of any kind fails.
-        if [ -z "${ARFSNIC_SELFTESTS_RERUN:-}" ] && python3 - "$EXP" "$OUT" <<'PYEOF'
+        # docs/selftests.md); a second failure of any kind fails. The differing cases are
+        # the diff's own -/+ lines.
+        if [ -z "${ARFSNIC_SELFTESTS_RERUN:-}" ] && python3 - "$OUT" "$DIFF" <<'PYEOF'
 import glob, re, sys
-exp, out = sys.argv[1], sys.argv[2]
-want = {}
-for line in open(exp):
-    line = line.strip()
-    if line and not line.startswith("#"):
-        name, state = line.split(" ", 1)
-        want[name] = state
-got = dict(l.strip().split(" ", 1) for l in open(f"{out}/summary.txt") if l.strip())
+out, diff = sys.argv[1], sys.argv[2].splitlines()
+side = lambda c: {l[1:].split(" ", 1)[0]: l[1:].split(" ", 1)[1] for l in diff
+                  if l[:1] == c and l[:3] != c * 3 and " " in l}
+want, got = side("-"), side("+")
 timed_out = set()
 for path in glob.glob(f"{out}/*.ktap"):
     block = []
@@ -220,9 +218,9 @@ for path in glob.glob(f"{out}/*.ktap"):
             block = []
         else:
             block.append(line)
-diff = {n for n in set(want) | set(got) if want.get(n) != got.get(n) and not (want.get(n) == "ok|not ok" and got.get(n) in ("ok", "not ok"))}
-ok = bool(diff) and all(want.get(n) == "ok" and got.get(n) == "not ok" and n in timed_out for n in diff)
-print("selftests: " + ", ".join(sorted(diff)) + (": only the iperf3 stop timeout, running the tests once more" if ok else ""), file=sys.stderr)
+names = set(want) | set(got)
+ok = bool(names) and all(want.get(n) == "ok" and got.get(n) == "not ok" and n in timed_out for n in names)
+print("selftests: " + ", ".join(sorted(names)) + (": only the iperf3 stop timeout, running the tests once more" if ok else ""), file=sys.stderr)
 sys.exit(0 if ok else 1)
 PYEOF
         then
