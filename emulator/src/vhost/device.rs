@@ -30,10 +30,14 @@ pub(crate) struct VringState {
     pub call: Option<File>,
     pub err: Option<File>,
     pub enabled: bool,
-    // Scratch space, reused (bounded by MAX_CHAIN_SEGMENTS * buffers per frame).
+    // Scratch space, reused: `segs` bounded by RX_FLUSH_SEGS + one frame's buffers
+    // (MAX_RX_BUFFERS chains of MAX_CHAIN_SEGMENTS), `used` by the ring size, `copies` by
+    // `segs`, `placed` by the longest batch a caller passed.
     segs: Vec<Seg>,
     chains: Vec<(u16, usize, u64)>,
     used: Vec<(u16, u32)>,
+    copies: Vec<RxCopy>,
+    placed: Vec<Placed>,
 }
 
 pub(crate) struct Vring {
@@ -111,10 +115,44 @@ fn signal(call: &Option<File>) -> bool {
 
 /// The vring's reusable buffers, borrowed apart from the ring itself.
 struct Scratch<'a> {
+    /// Segments of the batch's RX buffers not written yet (TX: of the chain being read).
     segs: &'a mut Vec<Seg>,
+    /// Chains of the frame being placed: head, end of its segments in `segs`, capacity.
     chains: &'a mut Vec<(u16, usize, u64)>,
+    /// Used elements of the batch, in ring order.
     used: &'a mut Vec<(u16, u32)>,
+    /// Writes of the batch not done yet, one per segment.
+    copies: &'a mut Vec<RxCopy>,
+    /// Per frame of the batch: its virtio-net header and used elements.
+    placed: &'a mut Vec<Placed>,
 }
+
+/// One RX buffer segment's share of a frame's header + data, written after the batch's
+/// buffers are all found (as DPDK's vhost does): the copies then run back to back, and the
+/// guest-memory lines they miss on are fetched together instead of one frame at a time.
+#[derive(Clone, Copy)]
+pub(crate) struct RxCopy {
+    /// Index into `Scratch::segs`; the write starts at the segment's start.
+    seg: u32,
+    /// Index of the frame in the batch.
+    frame: u32,
+    /// Offset in the frame's header-then-data bytes.
+    off: u32,
+    len: u32,
+}
+
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Placed {
+    hdr: [u8; MAX_HDR_LEN],
+    /// The frame's used elements: `Scratch::used[used.0..used.1]`.
+    used: (u32, u32),
+    /// A write into one of its buffers failed.
+    failed: bool,
+}
+
+/// Segments kept for deferred writes before a batch writes what it has (bounds `segs` for
+/// batches of large MRG_RXBUF frames in many small buffers).
+const RX_FLUSH_SEGS: usize = 256;
 
 /// Why a frame was not placed: refused (the ring is fine), or the ring is malformed.
 enum Place {
@@ -122,14 +160,17 @@ enum Place {
     Ring(RingError),
 }
 
-/// Writes one frame into the next available buffers of an RX ring and pushes (does not
-/// publish) their used elements. A malformed chain is handed back with length 0 together with
-/// the chains looked at before it (the driver frees such buffers), and the frame is dropped.
+/// Finds the buffers for frame `i` of a batch in the next available chains of an RX ring,
+/// records its used elements and its writes (done later by [`write_copies`]). A malformed
+/// chain is handed back with length 0 together with the chains looked at before it (the
+/// driver frees such buffers), and the frame is dropped.
+#[allow(clippy::too_many_arguments)]
 fn place_frame(
     ring: &mut SplitRing,
     a: &impl RingAccess,
     sc: &mut Scratch<'_>,
     mem: &Regions<'_>,
+    i: usize,
     (frame, hash): (&[u8], RxHash),
     hdr_len: usize,
     mrg: bool,
@@ -140,7 +181,7 @@ fn place_frame(
     let need = (hdr_len + frame.len()) as u64;
     let pending = ring.pending_in(a).map_err(Place::Ring)?;
     let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
-    sc.segs.clear();
+    let seg_base = sc.segs.len();
     sc.chains.clear();
     let mut cap = 0u64;
     let mut k = 0u16;
@@ -157,70 +198,78 @@ fn place_frame(
                 k += 1;
             }
             Err(e) => {
-                sc.used.clear();
+                sc.segs.truncate(seg_base);
                 sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
                 sc.used.push((head, 0));
                 ring.consume(k + 1);
-                let _ = ring.push_used_in(a, sc.used);
                 return Err(Place::Ring(e));
             }
         }
     }
     if cap < need {
+        sc.segs.truncate(seg_base);
         return Err(Place::Rx(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers }));
     }
 
     // virtio_net_hdr_mrg_rxbuf: flags 0, gso NONE, no checksum offload; num_buffers = k;
     // with HASH_REPORT (20 bytes, virtio_net_hdr_v1_hash) then hash_value, hash_report.
-    let mut hdr = [0u8; MAX_HDR_LEN];
-    hdr[10..12].copy_from_slice(&k.to_le_bytes());
+    let p = &mut sc.placed[i];
+    p.hdr = [0u8; MAX_HDR_LEN];
+    p.hdr[10..12].copy_from_slice(&k.to_le_bytes());
     if let Some((value, kind)) = hash {
-        hdr[12..16].copy_from_slice(&value.to_le_bytes());
-        hdr[16..18].copy_from_slice(&kind.virtio_report().to_le_bytes());
+        p.hdr[12..16].copy_from_slice(&value.to_le_bytes());
+        p.hdr[16..18].copy_from_slice(&kind.virtio_report().to_le_bytes());
     }
-    let pieces: [&[u8]; 2] = [&hdr[..hdr_len], frame];
-    let mut piece = 0usize;
-    let mut off = 0usize;
-    sc.used.clear();
-    let mut seg_start = 0usize;
-    let mut write_failed = false;
+    let used_start = sc.used.len() as u32;
+    // `need` and every offset below fit in u32 (need <= MAX_HDR_LEN + MAX_FRAME).
+    let mut off = 0u64;
+    let mut seg_start = seg_base;
     for &(head, seg_end, _) in sc.chains.iter() {
         let mut written = 0u32;
-        for s in &sc.segs[seg_start..seg_end] {
-            let mut room = s.len as usize;
-            let mut addr = s.addr;
-            // One slice per segment, mostly without a region lookup (`walk` checked it lies
-            // in guest memory); a segment that crosses regions is written piece by piece.
-            let slice = mem.slice(s.addr, room);
-            while room > 0 && piece < pieces.len() {
-                let src = &pieces[piece][off..];
-                let n = src.len().min(room);
-                let ok = match &slice {
-                    Some(vs) => vs.write_slice(&src[..n], (addr - s.addr) as usize).is_ok(),
-                    None => mem.mem.write_slice(&src[..n], GuestAddress(addr)).is_ok(),
-                };
-                if n > 0 && !ok {
-                    write_failed = true;
-                }
-                room -= n;
-                addr += n as u64;
-                off += n;
-                written += n as u32;
-                if off == pieces[piece].len() {
-                    piece += 1;
-                    off = 0;
-                }
+        for (j, s) in sc.segs[seg_start..seg_end].iter().enumerate() {
+            let n = u64::from(s.len).min(need - off);
+            if n > 0 {
+                sc.copies.push(RxCopy { seg: (seg_start + j) as u32, frame: i as u32, off: off as u32, len: n as u32 });
             }
+            off += n;
+            written += n as u32;
         }
         seg_start = seg_end;
-        sc.used.push((head, if write_failed { 0 } else { written }));
+        sc.used.push((head, written));
     }
+    p.used = (used_start, sc.used.len() as u32);
     ring.consume(k);
-    ring.push_used_in(a, sc.used).map_err(Place::Ring)?;
-    if write_failed {
-        return Err(Place::Ring(RingError::Memory));
-    }
     Ok(())
+}
+
+/// Does the batch's recorded writes, marks frames whose write failed, and forgets the
+/// segments.
+fn write_copies(sc: &mut Scratch<'_>, mem: &Regions<'_>, frames: &[&[u8]], hdr_len: usize) {
+    for c in sc.copies.iter() {
+        let (Some(s), Some(frame), Some(p)) =
+            (sc.segs.get(c.seg as usize), frames.get(c.frame as usize), sc.placed.get_mut(c.frame as usize))
+        else {
+            continue;
+        };
+        let (off, end) = (c.off as usize, (c.off + c.len) as usize);
+        // The header's part of [off, end), then the frame's.
+        let hdr = (off < hdr_len).then(|| &p.hdr[off..end.min(hdr_len)]);
+        let data = (end > hdr_len).then(|| frame.get(off.max(hdr_len) - hdr_len..end - hdr_len));
+        // One slice per segment, mostly without a region lookup (`walk` checked it lies in
+        // guest memory); a segment that crosses regions is written through guest memory.
+        let slice = mem.slice(s.addr, s.len as usize);
+        let mut at = 0usize;
+        for piece in [hdr.map(Some), data].into_iter().flatten() {
+            let ok = piece.is_some_and(|src| match &slice {
+                Some(vs) => vs.write_slice(src, at).is_ok(),
+                None => mem.mem.write_slice(src, GuestAddress(s.addr + at as u64)).is_ok(),
+            });
+            p.failed |= !ok;
+            at += piece.map_or(0, <[u8]>::len);
+        }
+    }
+    sc.copies.clear();
+    sc.segs.clear();
 }
 
 impl Device {
@@ -457,7 +506,7 @@ impl Device {
         };
         let idx = 2 * usize::from(pair);
         let mut guard = self.lock_vring(idx);
-        let VringState { ring, enabled, segs, chains, used, call, .. } = &mut *guard;
+        let VringState { ring, enabled, segs, chains, used, copies, placed, call, .. } = &mut *guard;
         let Some(ring) = ring.as_mut() else {
             return fail(out, RxError::NotReady);
         };
@@ -466,7 +515,7 @@ impl Device {
         }
         let mrg = self.acked_features() & features::MRG_RXBUF != 0;
         let hdr_len = self.hdr_len();
-        let mut scratch = Scratch { segs, chains, used };
+        let mut scratch = Scratch { segs, chains, used, copies, placed };
         // The ring's areas as slices taken once for the batch; through guest memory (a
         // region lookup per access) when an area crosses a region boundary.
         match RingView::new(&mem, &ring.addrs) {
@@ -478,7 +527,8 @@ impl Device {
         }
     }
 
-    /// Places `frames` one after the other, then publishes them and decides on one interrupt.
+    /// Finds the buffers of `frames` one after the other, then writes them all, publishes
+    /// their used elements in one run and decides on one interrupt.
     #[allow(clippy::too_many_arguments)]
     fn fill(
         &self,
@@ -486,7 +536,7 @@ impl Device {
         ring: &mut SplitRing,
         a: &impl RingAccess,
         mem: &GuestMemoryMmap,
-        scratch: &mut Scratch<'_>,
+        sc: &mut Scratch<'_>,
         (frames, hashes): (&[&[u8]], &[RxHash]),
         out: &mut [Result<(), RxError>],
         (hdr_len, mrg): (usize, bool),
@@ -495,12 +545,17 @@ impl Device {
         let old = ring.next_used;
         let mut out_of_buffers = false;
         let regions = Regions::new(mem);
+        sc.segs.clear();
+        sc.copies.clear();
+        sc.used.clear();
+        sc.placed.clear();
+        sc.placed.resize(frames.len(), Placed::default());
         for (i, (f, o)) in frames.iter().zip(out.iter_mut()).enumerate() {
             if out_of_buffers {
                 *o = Err(RxError::NoBuffers);
                 continue;
             }
-            *o = match place_frame(ring, a, scratch, &regions, (f, hashes.get(i).copied().flatten()), hdr_len, mrg) {
+            *o = match place_frame(ring, a, sc, &regions, i, (f, hashes.get(i).copied().flatten()), hdr_len, mrg) {
                 Ok(()) => Ok(()),
                 Err(Place::Rx(e)) => {
                     out_of_buffers = e == RxError::NoBuffers;
@@ -508,9 +563,22 @@ impl Device {
                 }
                 Err(Place::Ring(e)) => Err(self.desc_error(pair, e)),
             };
+            if sc.segs.len() >= RX_FLUSH_SEGS {
+                write_copies(sc, &regions, frames, hdr_len);
+            }
         }
-        if let Err(e) = ring.publish_in(a) {
-            self.desc_error(pair, e);
+        write_copies(sc, &regions, frames, hdr_len);
+        // A frame whose write failed hands its buffers back empty and is dropped.
+        for (i, p) in sc.placed.iter().enumerate().filter(|(_, p)| p.failed) {
+            let (start, end) = (p.used.0 as usize, p.used.1 as usize);
+            sc.used.get_mut(start..end).into_iter().flatten().for_each(|u| u.1 = 0);
+            if let Some(o) = out.get_mut(i) {
+                *o = Err(self.desc_error(pair, RingError::Memory));
+            }
+        }
+        if let Err(e) = ring.push_used_in(a, sc.used).and_then(|()| ring.publish_in(a)) {
+            let e = self.desc_error(pair, e);
+            out.iter_mut().filter(|o| o.is_ok()).for_each(|o| *o = Err(e.clone()));
         }
         if ring.next_used != old && ring.needs_notification_in(a, old) && signal(call) {
             self.count(pair).interrupts.fetch_add(1, Ordering::Relaxed);

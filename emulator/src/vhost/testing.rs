@@ -219,9 +219,14 @@ impl DrvRing {
 
     /// Adds a chain through an indirect table at `table` (read-only segments).
     pub fn add_indirect(&mut self, g: &GuestMem, table: u64, segs: &[(u64, u32)]) -> u16 {
+        self.add_indirect_dir(g, table, segs, false)
+    }
+
+    /// [`DrvRing::add_indirect`] with every segment device-writable (`writable`: RX buffers).
+    pub fn add_indirect_dir(&mut self, g: &GuestMem, table: u64, segs: &[(u64, u32)], writable: bool) -> u16 {
         for (k, &(addr, len)) in segs.iter().enumerate() {
             let last = k + 1 == segs.len();
-            let flags = if last { 0 } else { DESC_F_NEXT };
+            let flags = if last { 0 } else { DESC_F_NEXT } | if writable { DESC_F_WRITE } else { 0 };
             self.write_desc(g, table, k as u16, (addr, len, flags, k as u16 + 1));
         }
         let head = self.next_desc;
