@@ -125,6 +125,10 @@ struct Scratch<'a> {
     copies: &'a mut Vec<RxCopy>,
     /// Per frame of the batch: its virtio-net header and used elements.
     placed: &'a mut Vec<Placed>,
+    /// Avail entries known to be there and not consumed yet in this batch (`None`: not read
+    /// yet). `avail.idx` is the line the driver writes on every refill: it is read again only
+    /// when the entries known do not hold the next frame.
+    avail: Option<u16>,
 }
 
 /// One RX buffer segment's share of a frame's header + data, written after the batch's
@@ -179,34 +183,47 @@ fn place_frame(
         return Err(Place::Rx(RxError::TooLarge));
     }
     let need = (hdr_len + frame.len()) as u64;
-    let pending = ring.pending_in(a).map_err(Place::Ring)?;
-    let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
+    let (mut pending, mut fresh) = match sc.avail {
+        Some(n) if n > 0 => (n, false),
+        _ => (ring.pending_in(a).map_err(Place::Ring)?, true),
+    };
     let seg_base = sc.segs.len();
     sc.chains.clear();
     let mut cap = 0u64;
     let mut k = 0u16;
-    while cap < need && k < max_bufs {
-        let head = ring.head_in(a, k).map_err(Place::Ring)?;
-        let chain_cap = match ring.walk_in(a, mem, head, true, sc.segs) {
-            Ok(0) => Err(RingError::WrongDirection),
-            other => other,
-        };
-        match chain_cap {
-            Ok(n) => {
-                sc.chains.push((head, sc.segs.len(), n));
-                cap += n;
-                k += 1;
-            }
-            Err(e) => {
-                sc.segs.truncate(seg_base);
-                sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
-                sc.used.push((head, 0));
-                ring.consume(k + 1);
-                return Err(Place::Ring(e));
+    loop {
+        let max_bufs = if mrg { pending.min(MAX_RX_BUFFERS) } else { pending.min(1) };
+        while cap < need && k < max_bufs {
+            let head = ring.head_in(a, k).map_err(Place::Ring)?;
+            let chain_cap = match ring.walk_in(a, mem, head, true, sc.segs) {
+                Ok(0) => Err(RingError::WrongDirection),
+                other => other,
+            };
+            match chain_cap {
+                Ok(n) => {
+                    sc.chains.push((head, sc.segs.len(), n));
+                    cap += n;
+                    k += 1;
+                }
+                Err(e) => {
+                    sc.segs.truncate(seg_base);
+                    sc.used.extend(sc.chains.iter().map(|&(h, _, _)| (h, 0)));
+                    sc.used.push((head, 0));
+                    ring.consume(k + 1);
+                    sc.avail = None;
+                    return Err(Place::Ring(e));
+                }
             }
         }
+        if cap >= need || fresh {
+            break;
+        }
+        // The entries known ran out: the driver may have posted more since.
+        pending = ring.pending_in(a).map_err(Place::Ring)?;
+        fresh = true;
     }
     if cap < need {
+        sc.avail = Some(pending);
         sc.segs.truncate(seg_base);
         return Err(Place::Rx(if !mrg && pending > 0 { RxError::TooLarge } else { RxError::NoBuffers }));
     }
@@ -239,6 +256,7 @@ fn place_frame(
     }
     p.used = (used_start, sc.used.len() as u32);
     ring.consume(k);
+    sc.avail = Some(pending - k);
     Ok(())
 }
 
@@ -515,7 +533,7 @@ impl Device {
         }
         let mrg = self.acked_features() & features::MRG_RXBUF != 0;
         let hdr_len = self.hdr_len();
-        let mut scratch = Scratch { segs, chains, used, copies, placed };
+        let mut scratch = Scratch { segs, chains, used, copies, placed, avail: None };
         // The ring's areas as slices taken once for the batch; through guest memory (a
         // region lookup per access) when an area crosses a region boundary.
         match RingView::new(&mem, &ring.addrs) {
