@@ -157,6 +157,7 @@ pub(crate) struct Placed {
 /// Segments kept for deferred writes before a batch writes what it has (bounds `segs` for
 /// batches of large MRG_RXBUF frames in many small buffers).
 const RX_FLUSH_SEGS: usize = 256;
+const SMALL: usize = 128;
 
 /// Why a frame was not placed: refused (the ring is fine), or the ring is malformed.
 enum Place {
@@ -276,6 +277,16 @@ fn write_copies(sc: &mut Scratch<'_>, mem: &Regions<'_>, frames: &[&[u8]], hdr_l
         // One slice per segment, mostly without a region lookup (`walk` checked it lies in
         // guest memory); a segment that crosses regions is written through guest memory.
         let slice = mem.slice(s.addr, s.len as usize);
+        // A small frame with its whole header in this segment: one write from a staging copy.
+        if let (Some(vs), Some(h), Some(Some(d))) = (&slice, hdr, data) {
+            if h.len() == hdr_len && h.len() + d.len() <= SMALL {
+                let mut buf = [0u8; SMALL];
+                buf[..hdr_len].copy_from_slice(h);
+                buf[hdr_len..hdr_len + d.len()].copy_from_slice(d);
+                p.failed |= vs.write_slice(&buf[..hdr_len + d.len()], 0).is_err();
+                continue;
+            }
+        }
         let mut at = 0usize;
         for piece in [hdr.map(Some), data].into_iter().flatten() {
             let ok = piece.is_some_and(|src| match &slice {
