@@ -157,6 +157,8 @@ pub(crate) struct Placed {
 /// Segments kept for deferred writes before a batch writes what it has (bounds `segs` for
 /// batches of large MRG_RXBUF frames in many small buffers).
 const RX_FLUSH_SEGS: usize = 256;
+/// Header + frame bytes up to which a segment holding the whole header is written with one
+/// copy from a stack buffer instead of two (docs/performance.md, a3d261f).
 const SMALL: usize = 128;
 
 /// Why a frame was not placed: refused (the ring is fine), or the ring is malformed.
