@@ -177,6 +177,13 @@ pub struct FilterTable {
     layout: Layout,
 }
 
+/// Rules the map is sized for from the start, at most: the table's whole capacity up to
+/// this. papaya grows a map only when an insert probes past its limit (at ~85 % load), and a
+/// lookup that misses — the frames of flows without a rule, most of a wire's — probes until
+/// it meets an empty slot: ~15 slots per miss with 256 rules in a map grown to fit them
+/// (callgrind, docs/performance.md), one or two in a map sized for the capacity.
+const PRESIZE_MAX: usize = 1 << 16;
+
 const PER_TYPE_NAMES: [&str; 4] = ["ipv4-tcp", "ipv4-udp", "ipv6-tcp", "ipv6-udp"];
 
 impl FilterTable {
@@ -189,7 +196,10 @@ impl FilterTable {
             names.iter().map(|&name| PartitionStats { name: name.into(), capacity, ..Default::default() }).collect();
         let user_per_part = vec![0; parts.len()];
         FilterTable {
-            map: papaya::HashMap::with_hasher(ahash::RandomState::new()),
+            map: papaya::HashMap::builder()
+                .capacity(capacity.saturating_mul(names.len()).min(PRESIZE_MAX))
+                .hasher(ahash::RandomState::new())
+                .build(),
             user: ArcSwap::from_pointee(Vec::new()),
             user_any: AtomicBool::new(false),
             user_hits: AtomicU64::new(0),
