@@ -181,7 +181,8 @@ pub struct FilterTable {
 /// this. papaya grows a map only when an insert probes past its limit (at ~85 % load), and a
 /// lookup that misses — the frames of flows without a rule, most of a wire's — probes until
 /// it meets an empty slot: ~15 slots per miss with 256 rules in a map grown to fit them
-/// (callgrind, docs/performance.md), one or two in a map sized for the capacity.
+/// (callgrind, docs/performance.md), one or two in a map sized for the capacity while
+/// it holds few rules (full, it is at most ~75 % loaded).
 const PRESIZE_MAX: usize = 1 << 16;
 
 const PER_TYPE_NAMES: [&str; 4] = ["ipv4-tcp", "ipv4-udp", "ipv6-tcp", "ipv6-udp"];
