@@ -197,6 +197,9 @@ static struct flow *flows;
 static struct worker *workers;
 static volatile sig_atomic_t stop_flag;
 static double hop_epoch; // hop-* patterns: the workers' common start (now_s())
+// When the first request was read, in µs after hop_epoch (+1, so 0 means none yet): the
+// link partner starts sending after "ready", and model mode starts its traffic that late.
+static uint64_t first_request_us;
 
 static void die(const char *fmt, ...)
 {
@@ -214,6 +217,16 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void note_first_request(void)
+{
+	if (__atomic_load_n(&first_request_us, __ATOMIC_RELAXED))
+		return;
+	double dt = now_s() - hop_epoch;
+	uint64_t us = dt > 0 ? (uint64_t)(dt * 1e6) + 1 : 1;
+	uint64_t none = 0;
+	__atomic_compare_exchange_n(&first_request_us, &none, us, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 // Parse a Linux cpu list ("0-3,8,10-11") into a bitmap; returns number of CPUs set.
@@ -494,6 +507,7 @@ static void serve_flow(struct worker *w, struct flow *f, unsigned char *buf)
 		count_delivery(w, f->fd, cpu);
 		uint32_t be = htonl((uint32_t)cpu);
 		memcpy(buf + 12, &be, 4);
+		note_first_request();
 		f->requests++;
 		w->served++;
 		if (cpu >= 0 && cpu < ncpu_ids)
@@ -629,6 +643,7 @@ static int tcp_message(struct worker *w, struct conn *c)
 	count_delivery(w, c->fd, cpu);
 	uint32_t be = htonl((uint32_t)cpu);
 	memcpy(c->buf + 12, &be, 4);
+	note_first_request();
 	f->requests++;
 	w->served++;
 	if (cpu >= 0 && cpu < ncpu_ids)
@@ -683,6 +698,8 @@ static int tcp_serve(struct worker *w, struct conn *c, unsigned char *sinkbuf)
 			uint64_t msgs = (before + (uint64_t)len) / cfg.msg_size;
 			int cpu = sched_getcpu();
 
+			if (msgs)
+				note_first_request();
 			f->requests += msgs;
 			w->served += msgs;
 			if (cpu >= 0 && cpu < ncpu_ids)
@@ -1125,6 +1142,10 @@ static void print_json(double elapsed)
 			(unsigned long long)tcp_st.accept_errors, (unsigned long long)tcp_st.open,
 			(unsigned long long)tcp_st.bytes_in, (unsigned long long)tcp_st.bytes_out, cfg.msg_size,
 			cfg.tcp_mode == TCP_SINK ? "sink" : "echo", cfg.max_conns);
+	uint64_t first_us = __atomic_load_n(&first_request_us, __ATOMIC_RELAXED);
+
+	if (first_us)
+		fprintf(o, "\"first_request_s\":%.6f,", (double)(first_us - 1) / 1e6);
 	fprintf(o, "\"elapsed_s\":%.3f,\"ncpus\":%d,\"online_cpus\":[", elapsed, ncpu_ids);
 	for (int i = 0; i < nonline; i++)
 		fprintf(o, "%s%d", i ? "," : "", online[i]);
