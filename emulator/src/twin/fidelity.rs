@@ -218,6 +218,15 @@ pub fn vm_hop_periods(run: &RunReport) -> Vec<u64> {
     hops.iter().take(4096).map(|&h| (elapsed * 1e9 / (h + 1) as f64) as u64).collect()
 }
 
+/// When the VM run's first request was read, after the workers' common start
+/// (arfs-echo's `first_request_s`); 0 for a report without it.
+pub fn vm_traffic_start_ns(run: &RunReport) -> u64 {
+    let w = run.guest.system.other.get("workload");
+    let s = w.and_then(|w| w.get("first_request_s")).and_then(Value::as_f64).filter(|x| x.is_finite() && *x > 0.0);
+    // At most a run's length: a bogus value must not start the traffic after the end.
+    s.map_or(0, |s| (s.min(3600.0) * 1e9) as u64)
+}
+
 /// The share of the flows' reads that arfs-echo did on the CPU of the flow's previous
 /// read (its per-flow `cpu_changes` over `requests - 1`); `None` for a report without
 /// the counter (arfs-echo before it) or without reads.
@@ -311,7 +320,8 @@ pub fn compare(
             // flow's previous CPU from the VM run.
             let reread = vm_reread(run).filter(|_| s.guest.pattern == "work-stealing");
             let hop_periods_ns = vm_hop_periods(run);
-            let inputs = VmInputs { slots: &slots, reread, work_delays, hop_periods_ns };
+            let traffic_start_ns = vm_traffic_start_ns(run);
+            let inputs = VmInputs { slots: &slots, reread, work_delays, hop_periods_ns, traffic_start_ns };
             let model = match model_runs(root, &s, seeds, twin, &inputs) {
                 Ok(m) => m,
                 Err(e) => {
@@ -355,6 +365,7 @@ struct VmInputs<'a> {
     reread: Option<f64>,
     work_delays: Vec<u16>,
     hop_periods_ns: Vec<u64>,
+    traffic_start_ns: u64,
 }
 
 /// The twin's run of a one-run scenario, once per seed.
@@ -378,6 +389,7 @@ fn model_runs(
         spec.reread = vm.reread;
         spec.work_delays = vm.work_delays.clone();
         spec.hop_periods_ns = vm.hop_periods_ns.clone();
+        spec.traffic_start_ns = vm.traffic_start_ns;
         let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, super::driver::Driver::new(twin))?;
         out.push(super::run_report(label, sysctls, &spec, &profile.name, &s.kernel, &o));
     }
@@ -475,6 +487,15 @@ mod tests {
         // An arfs-echo without the counter: no share, the twin draws uniformly.
         run.guest.system.other.insert("workload".into(), serde_json::json!({ "flows": [{ "requests": 11 }] }));
         assert_eq!(vm_reread(&run), None);
+        // When the traffic began against the hops: arfs-echo's first request; an older
+        // arfs-echo (or a bogus value) starts it with the hops.
+        assert_eq!(vm_traffic_start_ns(&run), 0);
+        for (v, ns) in
+            [(serde_json::json!(0.974), 974_000_000), (serde_json::json!(-1.0), 0), (serde_json::json!("x"), 0)]
+        {
+            run.guest.system.other.insert("workload".into(), serde_json::json!({ "first_request_s": v }));
+            assert_eq!(vm_traffic_start_ns(&run), ns);
+        }
     }
 
     #[test]

@@ -195,6 +195,7 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
                 reread: None,
                 work_delays: Vec::new(),
                 hop_periods_ns: Vec::new(),
+                traffic_start_ns: 0,
             },
         ));
     }

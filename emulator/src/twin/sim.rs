@@ -80,6 +80,11 @@ pub struct RunSpec {
     /// Per worker, the time between its hops in a VM run (arfs-echo's run time over its
     /// `hops` + 1: a loaded guest hops late); missing: `period_ns`.
     pub hop_periods_ns: Vec<u64>,
+    /// When the requests start, after the workers' common start (the hops' epoch): a VM
+    /// run's partner starts on arfs-echo's `ready`, and a loaded guest reads the first
+    /// request that much later (its `first_request_s`). The flows' first rules are then
+    /// still being installed when the first workers hop. 0: together.
+    pub traffic_start_ns: u64,
 }
 
 impl RunSpec {
@@ -321,7 +326,7 @@ pub fn simulate(
         now: 0,
         seq: 0,
         heap: BinaryHeap::new(),
-        arrivals: Arrivals { phases, interval: interval_ns, next: 0, base: 0 },
+        arrivals: Arrivals { phases, interval: interval_ns, next: 0, base: spec.traffic_start_ns },
         nic,
         cls: nic.classifier(),
         engine,
@@ -727,10 +732,21 @@ impl Sim<'_> {
     /// The worker goes on with the next item at `t` without sleeping, or sleeps.
     fn next_work(&mut self, t: u64) {
         self.exec = Exec::Idle;
-        if !self.driver.wq.is_empty() {
+        if let Some(&(_, queued)) = self.driver.wq.front() {
             self.exec = Exec::Starting;
+            // Not before the VM run's delay for works queued when this one was: a loaded
+            // guest's worker gets through a backlog slower than the device answers.
+            let t = t.max(queued.saturating_add(self.vm_work_delay_ns(queued)));
             self.push(t.max(self.now), Ev::WqRun);
         }
+    }
+
+    /// The longest delay the VM run measured for works queued at `t` (its bin of
+    /// [`RunSpec::work_delays`]); 0 without them.
+    fn vm_work_delay_ns(&self, t: u64) -> u64 {
+        let Some(first) = self.first_work_ns else { return 0 };
+        let bin = usize::try_from(t.saturating_sub(first) / WORK_DELAY_BIN_NS).unwrap_or(usize::MAX);
+        self.spec.work_delays.get(bin).map_or(0, |&ms| u64::from(ms) * 1_000_000)
     }
 
     /// `flows_stuck_without_filter` as docs/measuring.md defines it.
