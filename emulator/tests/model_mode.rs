@@ -295,20 +295,29 @@ fn model_only_kernels_are_refused_outside_model_mode() {
     assert!(e.contains("vanilla-6.17") && e.contains("model_only"), "{e}");
 }
 
-/// brpc-like's sysctl=0 run in the twin with a VM run's inputs: (steer calls, steer_same)
-/// over the whole run, and the steer calls after the warm-up.
-fn brpc_like(reread: Option<f64>, work_delays: Vec<u16>) -> (u64, u64, u64) {
-    let s = scenario("brpc-like");
+/// The first run of scenario `name` in the twin (seed 1), its spec first changed by `set`
+/// (a VM run's inputs); with the warm-up's length in seconds.
+fn twin_run(name: &str, set: impl FnOnce(&mut arfsnic::twin::sim::RunSpec)) -> (arfsnic::twin::sim::Outcome, usize) {
+    let s = scenario(name);
     let dir = root().join("configs/scenarios");
     let profile =
         arfsnic::model::profile::Profile::load(&arfsnic::runner::resolve_profile(&s.profile, &root(), &dir).unwrap())
             .unwrap();
     let (_, _, mut spec) = run_specs(&s, 1).unwrap().remove(0);
-    spec.reread = reread;
-    spec.work_delays = work_delays;
+    set(&mut spec);
     let driver = arfsnic::twin::driver::Driver::new(TwinProfile::default());
     let o = arfsnic::twin::sim::simulate(&spec, &topology(&s).unwrap(), &profile, s.nic.queues, driver).unwrap();
-    let warm = o.samples[s.warmup_s as usize].steer_calls;
+    (o, s.warmup_s as usize)
+}
+
+/// brpc-like's sysctl=0 run in the twin with a VM run's inputs: (steer calls, steer_same)
+/// over the whole run, and the steer calls after the warm-up.
+fn brpc_like(reread: Option<f64>, work_delays: Vec<u16>) -> (u64, u64, u64) {
+    let (o, warmup) = twin_run("brpc-like", |spec| {
+        spec.reread = reread;
+        spec.work_delays = work_delays;
+    });
+    let warm = o.samples[warmup].steer_calls;
     (o.driver.ctr.steer_calls, o.driver.ctr.steer_same, o.driver.ctr.steer_calls - warm)
 }
 
@@ -333,17 +342,11 @@ fn a_vm_runs_reader_share_and_late_works_drive_the_twin() {
 /// hops' epoch and works as late as `work_delays`: the steer calls after the warm-up and
 /// the steers 7.3's active-flow check skipped.
 fn llc_within(start_ms: u64, work_delays: Vec<u16>) -> (u64, u64) {
-    let s = scenario("llc-within");
-    let dir = root().join("configs/scenarios");
-    let profile =
-        arfsnic::model::profile::Profile::load(&arfsnic::runner::resolve_profile(&s.profile, &root(), &dir).unwrap())
-            .unwrap();
-    let (_, _, mut spec) = run_specs(&s, 1).unwrap().remove(0);
-    spec.traffic_start_ns = start_ms * 1_000_000;
-    spec.work_delays = work_delays;
-    let driver = arfsnic::twin::driver::Driver::new(TwinProfile::default());
-    let o = arfsnic::twin::sim::simulate(&spec, &topology(&s).unwrap(), &profile, s.nic.queues, driver).unwrap();
-    let warm = o.samples[s.warmup_s as usize].steer_calls;
+    let (o, warmup) = twin_run("llc-within", |spec| {
+        spec.traffic_start_ns = start_ms * 1_000_000;
+        spec.work_delays = work_delays;
+    });
+    let warm = o.samples[warmup].steer_calls;
     (o.driver.ctr.steer_calls - warm, o.rfs.slot_busy)
 }
 
