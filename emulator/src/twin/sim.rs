@@ -550,10 +550,8 @@ impl Sim<'_> {
     fn kick_wq(&mut self) {
         if matches!(self.exec, Exec::Idle) && !self.driver.wq.is_empty() {
             self.exec = Exec::Starting;
-            let since = self.now - *self.first_work_ns.get_or_insert(self.now);
-            let bin = usize::try_from(since / WORK_DELAY_BIN_NS).unwrap_or(usize::MAX);
-            let vm_ns = self.spec.work_delays.get(bin).map_or(0, |&ms| u64::from(ms) * 1_000_000);
-            let t = self.now + self.driver.profile.wq_delay_ns.max(vm_ns);
+            self.first_work_ns.get_or_insert(self.now);
+            let t = self.now + self.driver.profile.wq_delay_ns.max(self.vm_work_delay_ns(self.now));
             self.push(t, Ev::WqRun);
         }
     }
