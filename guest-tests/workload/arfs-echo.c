@@ -54,6 +54,7 @@
 #define MAX_CPUS 1024
 #define RX_BUF 65536
 #define BATCH 64
+#define HOP_LOG 4096 // hop times kept per worker (41 s of 10 ms periods)
 // Delivery tables (count_delivery()): open addressing, at most half full, so a probe
 // always ends at a free slot. Per worker while serving, merged into one at the end.
 #define DELIV_SLOTS 1024
@@ -143,6 +144,7 @@ struct worker {
 	uint64_t migrations;      // successful pin changes
 	uint64_t migrate_errors;
 	uint64_t hops;
+	uint32_t *hop_us; // when each of the first HOP_LOG hops was done, µs after the epoch
 	uint64_t bad_short;
 	uint64_t bad_magic;
 	uint64_t recv_errors;
@@ -832,6 +834,11 @@ static void *worker_main(void *arg)
 			double t = now_s();
 			if (t >= next_hop) {
 				int c = next_cpu(w);
+				if (w->hop_us && w->hops < HOP_LOG) {
+					double us = (t - hop_epoch) * 1e6;
+
+					w->hop_us[w->hops] = us < 4e9 ? (uint32_t)us : 4000000000u;
+				}
 				w->hops++;
 				if (c != w->cur_cpu) {
 					if (pin_self(c) == 0) {
@@ -1167,10 +1174,19 @@ static void print_json(double elapsed)
 	for (uint32_t w = 0; w < cfg.workers; w++) {
 		struct worker *wk = &workers[w];
 		fprintf(o, "%s{\"worker\":%u,\"flows\":%u,\"start_cpu\":%d,\"last_cpu\":%d,\"served\":%llu,"
-			   "\"hops\":%llu,\"migrations\":%llu,\"migrate_errors\":%llu}",
+			   "\"hops\":%llu,\"migrations\":%llu,\"migrate_errors\":%llu",
 			w ? "," : "", w, wk->nflows, wk->start_cpu, wk->last_seen_cpu,
 			(unsigned long long)wk->served, (unsigned long long)wk->hops,
 			(unsigned long long)wk->migrations, (unsigned long long)wk->migrate_errors);
+		if (wk->hop_us) {
+			uint64_t n = wk->hops < HOP_LOG ? wk->hops : HOP_LOG;
+
+			fprintf(o, ",\"hop_us\":[");
+			for (uint64_t i = 0; i < n; i++)
+				fprintf(o, "%s%u", i ? "," : "", wk->hop_us[i]);
+			fprintf(o, "]");
+		}
+		fprintf(o, "}");
 	}
 	fprintf(o, "],\"flows\":[");
 	for (uint32_t i = 0; i < cfg.flows; i++) {
@@ -1236,6 +1252,11 @@ int main(int argc, char **argv)
 		wk->cur_cpu = -1;
 		wk->last_seen_cpu = -1;
 		wk->flows = calloc(cfg.flows / cfg.workers + 1, sizeof(uint32_t));
+		if (cfg.pattern == PAT_HOP_WITHIN_LLC || cfg.pattern == PAT_HOP_ACROSS_LLC) {
+			wk->hop_us = calloc(HOP_LOG, sizeof(uint32_t));
+			if (!wk->hop_us)
+				die("out of memory");
+		}
 		wk->epfd = stealing ? shared_epfd : epoll_create1(EPOLL_CLOEXEC);
 		if (!wk->flows || wk->epfd < 0)
 			die("worker setup: %s", strerror(errno));
