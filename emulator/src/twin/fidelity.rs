@@ -218,6 +218,35 @@ pub fn vm_hop_periods(run: &RunReport) -> Vec<u64> {
     hops.iter().take(4096).map(|&h| (elapsed * 1e9 / (h + 1) as f64) as u64).collect()
 }
 
+/// Per worker, when it hopped in the VM run (arfs-echo's `hop_us`, µs after the hops'
+/// epoch), at most [`sim::HOP_LOG`] each and never before an earlier one; empty for a
+/// report without them.
+pub fn vm_hop_times(run: &RunReport) -> Vec<Vec<u64>> {
+    let Some(w) = run.guest.system.other.get("workload") else { return Vec::new() };
+    let Some(workers) = w.get("workers").and_then(Value::as_array) else { return Vec::new() };
+    let times: Vec<Vec<u64>> = workers
+        .iter()
+        .take(4096)
+        .map(|x| {
+            let us = x.get("hop_us").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            let mut prev = 0;
+            us.iter()
+                .take(sim::HOP_LOG)
+                .map_while(Value::as_u64)
+                .map(|t| {
+                    // In order and inside an hour: a bogus entry cannot reorder or stall.
+                    prev = (t.min(3_600_000_000) * 1_000).max(prev);
+                    prev
+                })
+                .collect()
+        })
+        .collect();
+    if times.iter().all(Vec::is_empty) {
+        return Vec::new();
+    }
+    times
+}
+
 /// When the VM run's first request was read, after the workers' common start
 /// (arfs-echo's `first_request_s`); 0 for a report without it.
 pub fn vm_traffic_start_ns(run: &RunReport) -> u64 {
@@ -321,7 +350,9 @@ pub fn compare(
             let reread = vm_reread(run).filter(|_| s.guest.pattern == "work-stealing");
             let hop_periods_ns = vm_hop_periods(run);
             let traffic_start_ns = vm_traffic_start_ns(run);
-            let inputs = VmInputs { slots: &slots, reread, work_delays, hop_periods_ns, traffic_start_ns };
+            let hop_times_ns = vm_hop_times(run);
+            let inputs =
+                VmInputs { slots: &slots, reread, work_delays, hop_periods_ns, traffic_start_ns, hop_times_ns };
             let model = match model_runs(root, &s, seeds, twin, &inputs) {
                 Ok(m) => m,
                 Err(e) => {
@@ -366,6 +397,7 @@ struct VmInputs<'a> {
     work_delays: Vec<u16>,
     hop_periods_ns: Vec<u64>,
     traffic_start_ns: u64,
+    hop_times_ns: Vec<Vec<u64>>,
 }
 
 /// The twin's run of a one-run scenario, once per seed.
@@ -390,6 +422,7 @@ fn model_runs(
         spec.work_delays = vm.work_delays.clone();
         spec.hop_periods_ns = vm.hop_periods_ns.clone();
         spec.traffic_start_ns = vm.traffic_start_ns;
+        spec.hop_times_ns = vm.hop_times_ns.clone();
         let o = sim::simulate(&spec, &topo, &profile, s.nic.queues, super::driver::Driver::new(twin))?;
         out.push(super::run_report(label, sysctls, &spec, &profile.name, &s.kernel, &o));
     }
@@ -496,6 +529,32 @@ mod tests {
             run.guest.system.other.insert("workload".into(), serde_json::json!({ "first_request_s": v }));
             assert_eq!(vm_traffic_start_ns(&run), ns);
         }
+    }
+
+    #[test]
+    fn a_vm_runs_hop_times_are_read_in_order_and_bounded() {
+        let mut run = RunReport::default();
+        assert!(vm_hop_times(&run).is_empty());
+        // Workers without times (an older arfs-echo, or a pattern without hops): none.
+        run.guest.system.other.insert("workload".into(), serde_json::json!({ "workers": [{ "hops": 3 }] }));
+        assert!(vm_hop_times(&run).is_empty());
+        let long: Vec<u64> = (1..=5000).collect();
+        run.guest.system.other.insert(
+            "workload".into(),
+            serde_json::json!({ "workers": [
+                { "hop_us": [100_000, 250_000, 200_000, u64::MAX, 5] },
+                { "hop_us": [100_000, "x", 300_000] },
+                { "hops": 0 },
+                { "hop_us": long },
+            ] }),
+        );
+        let t = vm_hop_times(&run);
+        // An earlier entry after a later one keeps the later time; past an hour is an
+        // hour; a non-number ends the worker's list; at most arfs-echo's log each.
+        assert_eq!(t[0], [100_000_000, 250_000_000, 250_000_000, 3_600_000_000_000, 3_600_000_000_000]);
+        assert_eq!(t[1], [100_000_000]);
+        assert!(t[2].is_empty());
+        assert_eq!((t[3].len(), t[3][4095]), (sim::HOP_LOG, 4_096_000));
     }
 
     #[test]

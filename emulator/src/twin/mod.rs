@@ -196,6 +196,7 @@ pub fn run_specs(s: &Scenario, seed: u64) -> Result<Vec<LabelledRun>, TwinError>
                 work_delays: Vec::new(),
                 hop_periods_ns: Vec::new(),
                 traffic_start_ns: 0,
+                hop_times_ns: Vec::new(),
             },
         ));
     }

@@ -85,6 +85,11 @@ pub struct RunSpec {
     /// request that much later (its `first_request_s`). The flows' first rules are then
     /// still being installed when the first workers hop. 0: together.
     pub traffic_start_ns: u64,
+    /// Per worker, when a VM run's worker hopped, after the hops' epoch (arfs-echo's
+    /// `hop_us`): a loaded guest hops late and unevenly, more so in some seconds than
+    /// others, which a mean period spreads out. A worker with times hops at them (and
+    /// by its period after a full log of [`HOP_LOG`]); without: [`Self::hop_periods_ns`].
+    pub hop_times_ns: Vec<Vec<u64>>,
 }
 
 impl RunSpec {
@@ -92,7 +97,27 @@ impl RunSpec {
     fn period_of(&self, w: u32) -> u64 {
         self.hop_periods_ns.get(w as usize).copied().filter(|&p| p > 0).unwrap_or(self.period_ns)
     }
+
+    /// When worker `w` hops for the `n`th time (from 0), given its previous hop at
+    /// `prev`: at a VM run's time, else a period after; `None`: a VM run's worker that
+    /// hopped no more.
+    fn hop_at(&self, w: u32, n: u64, prev: u64) -> Option<u64> {
+        let p = self.period_of(w);
+        match self.hop_times_ns.get(w as usize).filter(|t| !t.is_empty()) {
+            Some(t) => match t.get(n as usize) {
+                Some(&at) => Some(at.max(prev)),
+                None if t.len() >= HOP_LOG => Some(prev + p),
+                None => None,
+            },
+            // arfs-echo: worker i first hops (1 + i / W) periods after the start.
+            None if n == 0 => Some(p + p * u64::from(w) / u64::from(self.workers.max(1))),
+            None => Some(prev + p),
+        }
+    }
 }
+
+/// The hop times arfs-echo keeps per worker (its `HOP_LOG`).
+pub const HOP_LOG: usize = 4096;
 
 /// The width of a bin of [`RunSpec::work_delays`] (the module's `ARFS_DELAY_BIN_MS`).
 pub const WORK_DELAY_BIN_NS: u64 = 10_000_000;
@@ -347,10 +372,9 @@ pub fn simulate(
     };
     if matches!(spec.pattern, Pattern::HopWithinLlc | Pattern::HopAcrossLlc) && spec.workers > 0 {
         for w in 0..spec.workers {
-            // arfs-echo: worker i first hops (1 + i / W) periods after the start.
-            let p = spec.period_of(w);
-            let first = p + p * u64::from(w) / u64::from(spec.workers);
-            sim.push(first, Ev::Hop(w));
+            if let Some(t) = spec.hop_at(w, 0, 0) {
+                sim.push(t, Ev::Hop(w));
+            }
         }
     }
     if spec.arfs {
@@ -542,8 +566,9 @@ impl Sim<'_> {
         };
         wk.hops += 1;
         wk.cpu = next;
-        let t = self.now + self.spec.period_of(w);
-        self.push(t, Ev::Hop(w));
+        if let Some(t) = self.spec.hop_at(w, wk.hops, self.now) {
+            self.push(t, Ev::Hop(w));
+        }
     }
 
     /// Wake the workqueue's worker when it sleeps and work is queued.
