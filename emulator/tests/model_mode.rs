@@ -368,11 +368,13 @@ fn first_rules_still_pending_when_workers_hop_strand_flows_on_7_3() {
     assert!(busy > base_busy + 100, "slot_busy {busy} vs {base_busy}");
 }
 
-/// llc-within's sysctl=0 run in the twin with every worker's hop times given: the steer
-/// calls in each simulated second.
-fn llc_within_hops(times: impl Fn(u32) -> Vec<u64>) -> Vec<u64> {
+/// llc-within's sysctl=0 run in the twin, every worker's hop times given by `times`
+/// (`None`: by its period): the steer calls in each simulated second.
+fn llc_within_hops(times: Option<&dyn Fn(u32) -> Vec<u64>>) -> Vec<u64> {
     let (o, _) = twin_run("llc-within", |spec| {
-        spec.hop_times_ns = (0..spec.workers).map(&times).collect();
+        if let Some(times) = times {
+            spec.hop_times_ns = (0..spec.workers).map(times).collect();
+        }
     });
     o.samples.windows(2).map(|w| w[1].steer_calls - w[0].steer_calls).collect()
 }
@@ -380,17 +382,16 @@ fn llc_within_hops(times: impl Fn(u32) -> Vec<u64>) -> Vec<u64> {
 #[test]
 fn a_vm_runs_hop_times_place_its_hops_in_time() {
     const P: u64 = 200_000_000;
-    let (periodic, _) = twin_run("llc-within", |_| {});
-    let periodic: Vec<u64> = periodic.samples.windows(2).map(|w| w[1].steer_calls - w[0].steer_calls).collect();
+    let periodic = llc_within_hops(None);
     // arfs-echo's own schedule (worker w first at (1 + w/4) periods, then every period),
     // given as times: the same run.
     let on_time = |w: u32| (0..60).map(|n| P + P * u64::from(w) / 4 + n * P).collect::<Vec<_>>();
-    assert_eq!(llc_within_hops(on_time), periodic);
+    assert_eq!(llc_within_hops(Some(&on_time)), periodic);
     // A guest that stalls from 4 s to 6 s, then hops on (arfs-echo resyncs its schedule
     // after a late hop): 50 hops per worker instead of 60, none in those two seconds. A
     // mean period would spread them; the times keep the gap, and the steers follow.
     let stalled = |w: u32| on_time(w).into_iter().filter(|&t| !(4_000_000_000..6_000_000_000).contains(&t)).collect();
-    let gap = llc_within_hops(stalled);
+    let gap = llc_within_hops(Some(&stalled));
     println!("steer calls per second: on time {periodic:?}, stalled 4–6 s {gap:?}");
     assert!(gap[4] + gap[5] < (periodic[4] + periodic[5]) / 10, "{gap:?} vs {periodic:?}");
     assert!(gap[7] + gap[8] > (periodic[7] + periodic[8]) * 9 / 10, "{gap:?} vs {periodic:?}");
