@@ -338,6 +338,29 @@ fn a_vm_runs_reader_share_and_late_works_drive_the_twin() {
     assert!((window as f64) < 0.95 * base_window as f64, "{window} vs {base_window} after the warm-up");
 }
 
+#[test]
+fn the_fault_schedule_and_the_samples_start_with_the_traffic() {
+    // stale-filter: ADDs answer EPERM for the first 3 s of traffic. The runner arms the
+    // schedule when it starts the link partner, which a VM run's first request follows
+    // (~1 s after the hops' epoch); the twin's traffic starts that late, and its window
+    // must too, as must its per-second samples and the traffic's `duration_s`.
+    let mut refused = Vec::new();
+    for start_ms in [0u64, 974] {
+        let (o, _) = twin_run("stale-filter", |spec| spec.traffic_start_ns = start_ms * 1_000_000);
+        refused.push(o.driver.ctr.steer_eperm);
+        let adds: Vec<u64> = o.samples.windows(2).map(|w| w[1].adds - w[0].adds).collect();
+        let steers: Vec<u64> = o.samples.windows(2).map(|w| w[1].steer_calls - w[0].steer_calls).collect();
+        println!("traffic {start_ms} ms after the epoch: adds per second {adds:?}, steer calls {steers:?}");
+        assert_eq!(adds.len(), 10, "one sample per second of traffic");
+        assert!(steers[0] > 0, "the first sample's second has the traffic's first steers: {steers:?}");
+        assert_eq!(adds[..3], [0, 0, 0], "ADDs refused in the first 3 s of traffic: {adds:?}");
+        assert!(adds[3] >= 32, "the flows' first ADDs right after the window: {adds:?}");
+        assert!(steers[9] > 400, "the traffic runs to its end: {steers:?}");
+    }
+    // Steers refused: 3 s of them either way (with the window from the epoch, 2 s).
+    assert!(refused[1] as f64 > 0.9 * refused[0] as f64, "EPERM steers {refused:?}");
+}
+
 /// llc-within's sysctl=0 run on 7.3 in the twin, traffic starting `start_ms` after the
 /// hops' epoch and works as late as `work_delays`: the steer calls after the warm-up and
 /// the steers 7.3's active-flow check skipped.

@@ -83,7 +83,9 @@ pub struct RunSpec {
     /// When the requests start, after the workers' common start (the hops' epoch): a VM
     /// run's partner starts on arfs-echo's `ready`, and a loaded guest reads the first
     /// request that much later (its `first_request_s`). The flows' first rules are then
-    /// still being installed when the first workers hop. 0: together.
+    /// still being installed when the first workers hop. 0: together. The traffic then
+    /// runs for `duration_ns`; the profile's fault schedule and the per-second samples
+    /// start with it, as the runner arms and samples them.
     pub traffic_start_ns: u64,
     /// Per worker, when a VM run's worker hopped, after the hops' epoch (arfs-echo's
     /// `hop_us`): a loaded guest hops late and unevenly, more so in some seconds than
@@ -164,6 +166,9 @@ enum Ev {
         status: i32,
     },
     Sample,
+    /// The traffic starts: the profile's fault schedule is armed and the per-second
+    /// samples begin, as the runner does when it starts the link partner.
+    TrafficStart,
 }
 
 struct FlowState {
@@ -380,11 +385,13 @@ pub fn simulate(
     if spec.arfs {
         sim.push(u64::from(sim.driver.profile.expire_interval_ms) * 1_000_000, Ev::ExpireTimer);
     }
-    sim.push(1_000_000_000, Ev::Sample);
-    // The profile's fault schedule (an EPERM window, say) starts with the traffic, as
-    // the runner arms it.
-    sim.engine.arm_schedule(0, &mut sim.out);
-    sim.take_outputs();
+    // The profile's fault schedule (an EPERM window, say) and the samples start with the
+    // traffic, as the runner arms and samples them; the traffic runs for `duration_ns`.
+    if spec.traffic_start_ns == 0 {
+        sim.traffic_start();
+    } else {
+        sim.push(spec.traffic_start_ns, Ev::TrafficStart);
+    }
     sim.run();
     let stuck = sim.stuck();
     Ok(Outcome {
@@ -408,8 +415,34 @@ impl Sim<'_> {
         self.heap.push(Reverse((t, self.seq, ev)));
     }
 
+    /// The end of the traffic, after the hops' epoch.
+    fn end_ns(&self) -> u64 {
+        self.spec.traffic_start_ns.saturating_add(self.spec.duration_ns)
+    }
+
+    fn traffic_start(&mut self) {
+        self.samples = vec![self.sample()];
+        self.engine.arm_schedule(self.now, &mut self.out);
+        self.take_outputs();
+        self.push(self.now + 1_000_000_000, Ev::Sample);
+    }
+
+    fn sample(&self) -> Sample {
+        let c = &self.driver.ctr;
+        Sample {
+            steer_calls: c.steer_calls,
+            steer_same: c.steer_same,
+            adds: c.adds_ok,
+            mods: c.mods_ok,
+            dels: c.dels_ok,
+            lock_acquired: c.lock_acquired,
+            lock_contended: c.lock_contended,
+            lock_wait_ns: c.lock_wait_ns,
+        }
+    }
+
     fn run(&mut self) {
-        let end = self.spec.duration_ns;
+        let end = self.end_ns();
         loop {
             let heap_next = self.heap.peek().map(|Reverse((t, _, _))| *t);
             let packet_next = self.arrivals.peek();
@@ -464,20 +497,12 @@ impl Sim<'_> {
                 }
                 Ev::CmdDone { status } => self.cmd_done(status),
                 Ev::Sample => {
-                    let c = &self.driver.ctr;
-                    self.samples.push(Sample {
-                        steer_calls: c.steer_calls,
-                        steer_same: c.steer_same,
-                        adds: c.adds_ok,
-                        mods: c.mods_ok,
-                        dels: c.dels_ok,
-                        lock_acquired: c.lock_acquired,
-                        lock_contended: c.lock_contended,
-                        lock_wait_ns: c.lock_wait_ns,
-                    });
+                    let s = self.sample();
+                    self.samples.push(s);
                     self.cls = self.nic.classifier();
                     self.push(t + 1_000_000_000, Ev::Sample);
                 }
+                Ev::TrafficStart => self.traffic_start(),
             }
         }
     }
@@ -777,7 +802,7 @@ impl Sim<'_> {
         if !self.spec.arfs {
             return 0;
         }
-        let end = self.spec.duration_ns;
+        let end = self.end_ns();
         let table = self.nic.table();
         self.flows
             .iter()
