@@ -161,12 +161,19 @@ struct arfs_gone {
 };
 
 /*
- * How late the rule works ran (debugfs "work_delays"): the longest delay, in ms,
- * of the works queued in each ARFS_DELAY_BIN_MS since the first steer that
- * queued one.  Model mode replays them (docs/model.md).
+ * How late the rule works ran (debugfs "work_delays"): per ARFS_DELAY_BIN_MS
+ * since the first steer that queued a work, the works queued in it, their
+ * longest delay in ms and the sum of their delays in us.  Model mode replays
+ * them (docs/model.md).
  */
 #define ARFS_DELAY_BINS 4096
 #define ARFS_DELAY_BIN_MS 10
+
+struct arfs_delay_bin {
+	u16 max_ms;
+	u16 works;
+	u32 sum_us;
+};
 
 /* one ethtool ntuple rule (arfs_nfc.c), as the user gave it */
 struct arfs_nfc_rule {
@@ -219,7 +226,7 @@ struct arfs_priv {
 	struct arfs_gone gone[ARFS_GONE_MAX];	/* last expired rules, under arfs_lock */
 	unsigned int gone_next;
 	u64 first_queued_ns;	/* the first steer that queued a work, under arfs_lock */
-	u16 delay_ms[ARFS_DELAY_BINS];	/* under arfs_lock */
+	struct arfs_delay_bin delays[ARFS_DELAY_BINS];	/* under arfs_lock */
 	unsigned int hash_bits;
 	u32 last_filter_id;
 	bool stopping;

@@ -304,18 +304,25 @@ static int arfs_expired_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(arfs_expired);
 
-/* per ARFS_DELAY_BIN_MS since the first queued work: its works' longest delay */
+/*
+ * per ARFS_DELAY_BIN_MS since the first queued work: its works' longest delay,
+ * how many there were and the sum of their delays
+ */
 static int arfs_work_delays_show(struct seq_file *s, void *unused)
 {
 	struct arfs_priv *p = s->private;
+	struct arfs_delay_bin *b;
 	unsigned int i;
 
-	seq_printf(s, "bin_start_ms max_delay_ms (bins of %u ms; 0 ms bins left out)\n",
+	seq_printf(s, "bin_start_ms max_delay_ms works sum_delay_us (bins of %u ms; 0 ms bins left out)\n",
 		   ARFS_DELAY_BIN_MS);
 	arfs_lock_bh(p);
-	for (i = 0; i < ARFS_DELAY_BINS; i++)
-		if (p->delay_ms[i])
-			seq_printf(s, "%u %u\n", i * ARFS_DELAY_BIN_MS, p->delay_ms[i]);
+	for (i = 0; i < ARFS_DELAY_BINS; i++) {
+		b = &p->delays[i];
+		if (b->max_ms)
+			seq_printf(s, "%u %u %u %u\n", i * ARFS_DELAY_BIN_MS,
+				   b->max_ms, b->works, b->sum_us);
+	}
 	arfs_unlock_bh(p);
 	return 0;
 }
@@ -833,7 +840,7 @@ static int arfs_netdev_event(struct notifier_block *nb, unsigned long event,
 		arfs_info(dev, "interface is going away, detaching aRFS\n");
 		list_del(&p->node);
 		arfs_detach(p, true);
-		kfree(p);
+		kvfree(p);
 	}
 	return NOTIFY_DONE;
 }
@@ -852,7 +859,7 @@ static int arfs_attach(const char *name)
 	struct arfs_priv *p;
 	int rc = 0;
 
-	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	p = kvzalloc(sizeof(*p), GFP_KERNEL);
 	if (!p)
 		return -ENOMEM;
 	spin_lock_init(&p->arfs_lock);
@@ -880,7 +887,7 @@ static int arfs_attach(const char *name)
 	}
 	rtnl_unlock();
 	if (rc) {
-		kfree(p);
+		kvfree(p);
 		return rc;
 	}
 
@@ -980,7 +987,7 @@ static int arfs_attach(const char *name)
 err:
 	/* p never was on arfs_list on this path: the notifier ignores it */
 	arfs_detach(p, false);
-	kfree(p);
+	kvfree(p);
 	return rc;
 }
 
@@ -1016,7 +1023,7 @@ static void __exit arfs_exit(void)
 	list_for_each_entry_safe(p, tmp, &list, node) {
 		list_del(&p->node);
 		arfs_detach(p, false);
-		kfree(p);
+		kvfree(p);
 	}
 }
 

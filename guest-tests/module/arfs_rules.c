@@ -315,9 +315,17 @@ static void arfs_note_delay(struct arfs_priv *p, u64 queued_ns, u64 delay)
 	u64 since = queued_ns > p->first_queued_ns ? queued_ns - p->first_queued_ns : 0;
 	u64 bin = div_u64(since, ARFS_DELAY_BIN_MS * NSEC_PER_MSEC);
 	u16 ms = min_t(u64, div_u64(delay, NSEC_PER_MSEC), U16_MAX);
+	u32 us = min_t(u64, div_u64(delay, NSEC_PER_USEC), U32_MAX);
+	struct arfs_delay_bin *b;
 
-	if (bin < ARFS_DELAY_BINS && ms > p->delay_ms[bin])
-		p->delay_ms[bin] = ms;
+	if (bin >= ARFS_DELAY_BINS)
+		return;
+	b = &p->delays[bin];
+	b->max_ms = max(b->max_ms, ms);
+	if (b->works < U16_MAX) {
+		b->works++;
+		b->sum_us = min_t(u64, (u64)b->sum_us + us, U32_MAX);
+	}
 }
 
 static void arfs_may_expire_flow(struct arfs_priv *p)

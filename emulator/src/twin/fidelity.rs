@@ -184,8 +184,10 @@ pub fn vm_slots(run: &RunReport, flows: u32) -> Vec<Option<u32>> {
 }
 
 /// How late the VM run's rule works ran, per 10 ms bin (the module's debugfs
-/// `work_delays`: bin start and longest delay in ms, bins without delay left out);
-/// empty for a report without it. At most the module's [`sim::WORK_DELAY_BINS`].
+/// `work_delays`: bin start, longest delay in ms, and since the module counts them the
+/// bin's works and the sum of their delays in µs; bins without delay left out): the
+/// works' mean delay in ms where the bin has it, else the longest; empty for a report
+/// without it. At most the module's [`sim::WORK_DELAY_BINS`].
 pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
     let text = run.guest.system.other.get("files").and_then(|f| f.get(crate::runner::run::WORK_DELAYS_DEBUGFS));
     let Some(text) = text.and_then(Value::as_str) else { return Vec::new() };
@@ -193,7 +195,12 @@ pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
     let mut bins = Vec::new();
     for l in text.lines().skip(1) {
         let mut f = l.split_whitespace().map(|x| x.parse::<u64>().ok());
-        let (Some(start), Some(ms)) = (f.next().flatten(), f.next().flatten()) else { continue };
+        let (Some(start), Some(max)) = (f.next().flatten(), f.next().flatten()) else { continue };
+        let ms = match (f.next().flatten(), f.next().flatten()) {
+            // Rounded to the nearest ms, never above the bin's longest.
+            (Some(works), Some(sum_us)) if works > 0 => ((sum_us / works + 500) / 1000).min(max),
+            _ => max,
+        };
         let i = (start / bin_ms) as usize;
         if i < sim::WORK_DELAY_BINS {
             if bins.len() <= i {
@@ -508,6 +515,15 @@ mod tests {
         // Garbage and bins past the module's 4096 are skipped; a delay past u16 saturates.
         assert_eq!(bins.len(), 4096);
         assert_eq!((bins[0], bins[1], bins[2], bins[3], bins[4095]), (56, 0, 151, 0, u16::MAX));
+        // A module that counts the bin's works gives their mean (rounded, never above the
+        // longest); a bin without works, or a sum that is not a number, its longest.
+        let text = "bin_start_ms max_delay_ms works sum_delay_us (bins of 10 ms; 0 ms bins left out)\n\
+                    0 112 4 250400\n10 9 3 4499\n20 7 0 0\n30 5 2 x\n40 3 1 90000000\n";
+        run.guest
+            .system
+            .other
+            .insert("files".into(), serde_json::json!({ crate::runner::run::WORK_DELAYS_DEBUGFS: text }));
+        assert_eq!(vm_work_delays(&run), [63, 1, 7, 5, 3]);
         run.guest.system.other.insert(
             "workload".into(),
             serde_json::json!({ "flows": [

@@ -72,10 +72,11 @@ pub struct RunSpec {
     /// to the pod's other workers uniformly. `None`: every read drawn uniformly.
     pub reread: Option<f64>,
     /// How late a VM run's rule works ran (the module's debugfs `work_delays`): per
-    /// [`WORK_DELAY_BIN_NS`] since the first work was queued, the longest delay (ms)
-    /// of that bin's works. A work that wakes the idle workqueue in a bin starts that
-    /// late (or after the profile's delay if longer); works queued behind it follow as
-    /// the worker gets to them. Empty: every wake-up after the profile's delay.
+    /// [`WORK_DELAY_BIN_NS`] since the first work was queued, the mean delay (ms) of
+    /// that bin's works (older reports: the longest). A work that wakes the idle
+    /// workqueue in a bin starts that late (or after the profile's delay if longer);
+    /// works queued behind it follow as the worker gets to them, not before their own
+    /// bin's delay. Empty: every wake-up after the profile's delay.
     pub work_delays: Vec<u16>,
     /// Per worker, the time between its hops in a VM run (arfs-echo's run time over its
     /// `hops` + 1: a loaded guest hops late); missing: `period_ns`.
@@ -789,7 +790,7 @@ impl Sim<'_> {
         }
     }
 
-    /// The longest delay the VM run measured for works queued at `t` (its bin of
+    /// The delay the VM run measured for works queued at `t` (its bin of
     /// [`RunSpec::work_delays`]); 0 without them.
     fn vm_work_delay_ns(&self, t: u64) -> u64 {
         let Some(first) = self.first_work_ns else { return 0 };
