@@ -259,7 +259,8 @@ pub fn vm_hop_times(run: &RunReport) -> Vec<Vec<u64>> {
 pub fn vm_traffic_start_ns(run: &RunReport) -> u64 {
     let w = run.guest.system.other.get("workload");
     let s = w.and_then(|w| w.get("first_request_s")).and_then(Value::as_f64).filter(|x| x.is_finite() && *x > 0.0);
-    // At most a run's length: a bogus value must not start the traffic after the end.
+    // At most an hour: the twin simulates the time before the traffic too, and a bogus
+    // value must not make that unbounded.
     s.map_or(0, |s| (s.min(3600.0) * 1e9) as u64)
 }
 
