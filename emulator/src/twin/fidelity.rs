@@ -198,7 +198,7 @@ pub fn vm_work_delays(run: &RunReport) -> Vec<u16> {
         let (Some(start), Some(max)) = (f.next().flatten(), f.next().flatten()) else { continue };
         let ms = match (f.next().flatten(), f.next().flatten()) {
             // Rounded to the nearest ms, never above the bin's longest.
-            (Some(works), Some(sum_us)) if works > 0 => ((sum_us / works + 500) / 1000).min(max),
+            (Some(works), Some(sum_us)) if works > 0 => ((sum_us / works).saturating_add(500) / 1000).min(max),
             _ => max,
         };
         let i = (start / bin_ms) as usize;
@@ -525,6 +525,13 @@ mod tests {
             .other
             .insert("files".into(), serde_json::json!({ crate::runner::run::WORK_DELAYS_DEBUGFS: text }));
         assert_eq!(vm_work_delays(&run), [63, 1, 7, 5, 3]);
+        // A hostile sum does not overflow the rounding.
+        let text = format!("h\n0 9 1 {}\n", u64::MAX);
+        run.guest
+            .system
+            .other
+            .insert("files".into(), serde_json::json!({ crate::runner::run::WORK_DELAYS_DEBUGFS: text }));
+        assert_eq!(vm_work_delays(&run), [9]);
         run.guest.system.other.insert(
             "workload".into(),
             serde_json::json!({ "flows": [
