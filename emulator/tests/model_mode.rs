@@ -338,6 +338,11 @@ fn a_vm_runs_reader_share_and_late_works_drive_the_twin() {
     assert!((window as f64) < 0.95 * base_window as f64, "{window} vs {base_window} after the warm-up");
 }
 
+/// A twin run's counter `c` in each simulated second of traffic.
+fn per_second(o: &arfsnic::twin::sim::Outcome, c: impl Fn(&arfsnic::twin::sim::Sample) -> u64) -> Vec<u64> {
+    o.samples.windows(2).map(|w| c(&w[1]) - c(&w[0])).collect()
+}
+
 #[test]
 fn the_fault_schedule_and_the_samples_start_with_the_traffic() {
     // stale-filter: ADDs answer EPERM for the first 3 s of traffic. The runner arms the
@@ -348,8 +353,7 @@ fn the_fault_schedule_and_the_samples_start_with_the_traffic() {
     for start_ms in [0u64, 974] {
         let (o, _) = twin_run("stale-filter", |spec| spec.traffic_start_ns = start_ms * 1_000_000);
         refused.push(o.driver.ctr.steer_eperm);
-        let adds: Vec<u64> = o.samples.windows(2).map(|w| w[1].adds - w[0].adds).collect();
-        let steers: Vec<u64> = o.samples.windows(2).map(|w| w[1].steer_calls - w[0].steer_calls).collect();
+        let (adds, steers) = (per_second(&o, |s| s.adds), per_second(&o, |s| s.steer_calls));
         println!("traffic {start_ms} ms after the epoch: adds per second {adds:?}, steer calls {steers:?}");
         assert_eq!(adds.len(), 10, "one sample per second of traffic");
         assert!(steers[0] > 0, "the first sample's second has the traffic's first steers: {steers:?}");
@@ -399,7 +403,7 @@ fn llc_within_hops(times: Option<&dyn Fn(u32) -> Vec<u64>>) -> Vec<u64> {
             spec.hop_times_ns = (0..spec.workers).map(times).collect();
         }
     });
-    o.samples.windows(2).map(|w| w[1].steer_calls - w[0].steer_calls).collect()
+    per_second(&o, |s| s.steer_calls)
 }
 
 #[test]
