@@ -10,7 +10,8 @@
 # replaces the default set (repeatable; a directory means its *.patch in name order);
 # --no-patch builds the unpatched source. Output: DIR/<key>/{bzImage,linux-<version>/,
 # kernel.env,build.log} (DIR defaults to .cache/kernels in the repo). A second call with
-# the same inputs returns at once. See guest-tests/kernel/README.md.
+# the same inputs returns at once; a series that extends a cached one starts from a copy
+# of its built tree. See guest-tests/kernel/README.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,7 +30,7 @@ USER_PATCHES=0
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 log() { echo "build.sh: $*" >&2; }
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 add_patch() { # FILE or DIR
     local f
     if [ -d "$1" ]; then
@@ -120,11 +121,11 @@ else
 fi
 
 # ------------------------------------------------------------------ cache key
-manifest() {
+manifest() { # [N]: the manifest of the first N patches (default: all of them)
+    local n=${1:-${#PATCHES[@]}} i
     echo "recipe $RECIPE"
     echo "source $SRC_PKG $SRC_VERSION"
-    local p
-    for p in "${PATCHES[@]}"; do echo "patch $(sha256sum < "$p" | cut -d' ' -f1)"; done
+    for ((i = 0; i < n; i++)); do echo "patch $(sha256sum < "${PATCHES[$i]}" | cut -d' ' -f1)"; done
     echo "fragment $(sha256sum < "$FRAGMENT" | cut -d' ' -f1)"
     [ -z "$OVERLAY" ] || echo "fragment-$BASE $(sha256sum < "$OVERLAY" | cut -d' ' -f1)"
 }
@@ -178,6 +179,18 @@ trap 'exit 130' INT TERM
 T0=$(date +%s)
 
 log "key $KEY: $SRC_PKG $SRC_VERSION, ${#PATCHES[@]} patch(es), $(basename "$FRAGMENT")"
+# A series that extends a cached one (same source, fragments and first patches) starts
+# from a copy of that build: only the files its further patches touch are rebuilt, the
+# way a developer adds a patch to a built tree. The longest cached prefix wins.
+SEED=""
+SEED_N=0
+for ((n = ${#PATCHES[@]} - 1; n >= 0; n--)); do
+    k=$(manifest "$n" | sha256sum | cut -c1-16)
+    if [ -f "$OUT/$k/kernel.env" ] && [ -f "$OUT/$k/bzImage" ]; then
+        SEED=$k SEED_N=$n
+        break
+    fi
+done
 # Sources this x86 build never compiles stay packed: other architectures, the GPU drivers
 # and sound (about 0.8 GB of the 2.2 GB tree). Their Kconfig files and Makefiles are
 # unpacked, since Kconfig reads every file it sources whatever the configuration.
@@ -187,15 +200,24 @@ for a in $SKIP_ARCHES; do
     EXCLUDES+=(--exclude="$SRC_PKG/arch/$a/*.[chS]" --exclude="$SRC_PKG/arch/$a/*.dts*")
 done
 EXCLUDES+=(--exclude="$SRC_PKG/drivers/gpu/*.[ch]" --exclude="$SRC_PKG/sound/*.[ch]")
-log "unpacking $TARBALL (without other architectures' sources, drivers/gpu and sound)"
-tar -xf "$TARBALL" -C "$DIR" --wildcards "${EXCLUDES[@]}" || die "unpacking $TARBALL failed"
-[ -d "$DIR/$SRC_PKG" ] || die "unexpected tarball layout (no $SRC_PKG/)"
-VERSION=$(make -s -C "$DIR/$SRC_PKG" kernelversion 2>/dev/null) || die "cannot read the kernel version"
-TREE="$DIR/linux-$VERSION"
-mv "$DIR/$SRC_PKG" "$TREE"
+if [ -n "$SEED" ]; then
+    VERSION=$(sed -n 's/^VERSION=//p' "$OUT/$SEED/kernel.env")
+    [ -n "$VERSION" ] && [ -d "$OUT/$SEED/linux-$VERSION" ] || die "cache entry $OUT/$SEED has no tree (remove it)"
+    log "starting from the cached build of the first $SEED_N patch(es) (key $SEED): copying its tree"
+    # cp -a keeps the objects' times, so make rebuilds only what the further patches touch.
+    cp -a --reflink=auto "$OUT/$SEED/linux-$VERSION" "$DIR/" || die "copying $OUT/$SEED/linux-$VERSION failed"
+    TREE="$DIR/linux-$VERSION"
+else
+    log "unpacking $TARBALL (without other architectures' sources, drivers/gpu and sound)"
+    tar -xf "$TARBALL" -C "$DIR" --wildcards "${EXCLUDES[@]}" || die "unpacking $TARBALL failed"
+    [ -d "$DIR/$SRC_PKG" ] || die "unexpected tarball layout (no $SRC_PKG/)"
+    VERSION=$(make -s -C "$DIR/$SRC_PKG" kernelversion 2>/dev/null) || die "cannot read the kernel version"
+    TREE="$DIR/linux-$VERSION"
+    mv "$DIR/$SRC_PKG" "$TREE"
+fi
 cd "$TREE"
 
-for p in "${PATCHES[@]}"; do
+for p in "${PATCHES[@]:$SEED_N}"; do
     log "applying $(basename "$p")"
     patch -p1 --forward --batch < "$p" >> "$LOG" 2>&1 \
         || { grep -E 'FAILED|malformed|can.t find file' "$LOG" | tail -n 10 >&2
@@ -236,7 +258,7 @@ log "config: all $(cat "$FRAGMENT" ${OVERLAY:+"$OVERLAY"} | grep -c '^CONFIG_') 
 EST=$(cat "$OUT/.objects-$BASE" 2>/dev/null || cat "$OUT/.objects" 2>/dev/null || echo 1400)
 case "$EST" in ''|*[!0-9]*) EST=1400 ;; esac
 TTY=0; [ -t 2 ] && TTY=1
-log "building bzImage + modules_prepare with $JOBS jobs (about 7-8 min on 2 cores; log: $LOG)"
+log "building bzImage + modules_prepare with $JOBS jobs ($([ -n "$SEED" ] && echo "what the further patches touch" || echo "about 7-8 min on 2 cores"); log: $LOG)"
 set +e
 make -j"$JOBS" bzImage modules modules_prepare 2>&1 | tee -a "$LOG" | awk -v est="$EST" -v tty="$TTY" -v step="${BUILD_PROGRESS_STEP:-10}" '
     /^  [A-Z][A-Z0-9_]* +[^ ]/ { n++
@@ -255,7 +277,8 @@ if [ "$rc" != 0 ]; then
     die "kernel build failed (exit $rc)"
 fi
 [ -f arch/x86/boot/bzImage ] || die "build finished but arch/x86/boot/bzImage is missing"
-mv "$DIR/.objects" "$OUT/.objects-$BASE"
+# A build from a copied tree compiles a few objects: no estimate for the next full one.
+if [ -z "$SEED" ]; then mv "$DIR/.objects" "$OUT/.objects-$BASE"; else rm -f "$DIR/.objects"; fi
 cp arch/x86/boot/bzImage "$DIR/bzImage"
 T1=$(date +%s)
 
@@ -269,6 +292,7 @@ BASE=$BASE
 SOURCE="$SRC_PKG $SRC_VERSION"
 PATCHES="$(for p in "${PATCHES[@]}"; do printf '%s ' "$(basename "$p")"; done)"
 BUILD_SECONDS=$((T1 - T0))
+FROM_KEY=$SEED
 EOF
 mv "$DIR/kernel.env.tmp" "$DIR/kernel.env"
 rm -f "$OUT/$KEY.failed.log"
