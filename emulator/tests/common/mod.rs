@@ -80,22 +80,49 @@ pub fn ip(args: &[&str]) {
     assert!(out.status.success(), "ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
-/// Model mode against a fresh VM report (docs/model.md, "Fidelity"): the twin replays
+/// Model mode against fresh VM reports (docs/model.md, "Fidelity"): the twin replays
 /// each healthy run's boot slots from its rule dump, and every Steer-C/s, Add/s, Del/s and
-/// stuck-flow cell must agree within its tolerance. `scenario` names the file of
-/// configs/scenarios/ the report was run from (the report may carry another name).
-pub fn assert_twin_agrees(r: &Report, scenario: &str) {
+/// stuck-flow cell, pooled over the reports, must agree within its tolerance. `scenario`
+/// names the file of configs/scenarios/ the reports were run from (they may carry another
+/// name). Returns the disagreements and the table.
+fn twin_against(reports: &[Report], scenario: &str) -> (Vec<String>, String) {
     use arfsnic::twin::{fidelity, load_twin_profile};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("vm.json");
-    let mut r = r.clone();
-    r.scenario = scenario.to_string();
-    std::fs::write(&path, r.to_json_pretty()).unwrap();
+    let paths: Vec<_> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let path = dir.path().join(format!("vm{i}.json"));
+            let mut r = r.clone();
+            r.scenario = scenario.to_string();
+            std::fs::write(&path, r.to_json_pretty()).unwrap();
+            path
+        })
+        .collect();
     let twin = load_twin_profile("tcg", &root()).unwrap();
-    let (cells, skipped) = fidelity::compare(&root(), &[path], 8, twin).unwrap();
+    let (cells, skipped) = fidelity::compare(&root(), &paths, 8, twin).unwrap();
     let table = fidelity::markdown(&cells, &skipped, 8);
-    println!("model mode against this run:\n{table}");
-    assert!(!cells.is_empty(), "no run of the report compared:\n{table}");
-    let bad = fidelity::disagreements(&cells);
+    println!("model mode against {} run(s):\n{table}", reports.len());
+    assert!(!cells.is_empty(), "no run of the reports compared:\n{table}");
+    (fidelity::disagreements(&cells), table)
+}
+
+pub fn assert_twin_agrees(r: &Report, scenario: &str) {
+    let (bad, table) = twin_against(std::slice::from_ref(r), scenario);
     assert!(bad.is_empty(), "the twin disagrees with the VM:\n  {}\n{table}", bad.join("\n  "));
+}
+
+/// [`assert_twin_agrees`], where one VM run is one draw: a report the twin disagrees with
+/// is followed by a second run of the scenario (`rerun`), and the two are judged pooled,
+/// never by the better of them. A guest whose rule works ran late for a stretch of the
+/// run can sit 15 % from the twin that replays those delays (CI: llc-within on 7.3, VM
+/// 305.4 Steer-C/s, twin 258.8; 317.5 without the delays; docs/model.md, "Open").
+pub fn assert_twin_agrees_or_rerun(r: &Report, scenario: &str, rerun: impl FnOnce() -> Report) {
+    let (bad, _) = twin_against(std::slice::from_ref(r), scenario);
+    if bad.is_empty() {
+        return;
+    }
+    println!("the twin disagrees with this run ({}); a second run, judged pooled with the first", bad.join("; "));
+    let (bad, table) = twin_against(&[r.clone(), rerun()], scenario);
+    assert!(bad.is_empty(), "the twin disagrees with the VM, two runs pooled:\n  {}\n{table}", bad.join("\n  "));
 }
