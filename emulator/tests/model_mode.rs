@@ -365,6 +365,29 @@ fn the_fault_schedule_and_the_samples_start_with_the_traffic() {
     assert!(refused[1] as f64 > 0.9 * refused[0] as f64, "EPERM steers {refused:?}");
 }
 
+#[test]
+fn a_vm_runs_work_delays_start_at_its_first_rule_work_not_an_earlier_expiry() {
+    // The module's `work_delays` bins count from the first steer that queued a work. In
+    // stale-filter no steer queues one in the first 3 s of traffic (EPERM), while the
+    // expiry work runs every second from the start: bins replayed from that expiry would
+    // hold works that never existed and leave the first ADDs on time.
+    let run = |delays: Vec<u16>| {
+        twin_run("stale-filter", |spec| {
+            spec.traffic_start_ns = 974_000_000;
+            spec.work_delays = delays;
+        })
+        .0
+    };
+    let (on_time, late) = (run(Vec::new()), run(vec![50; 20]));
+    let first = late.driver.first_rule_queued_ns.expect("rule works after the EPERM window");
+    assert!(first > 3_974_000_000, "the first rule work at {first} ns, inside the EPERM window");
+    let held = late.driver.ctr.work_delay_ns.saturating_sub(on_time.driver.ctr.work_delay_ns);
+    println!("first rule work at {first} ns; works held {held} ns longer in all with 200 ms of 50 ms bins");
+    // The flows' first ADDs (at least 32 in the second after the window, the test above)
+    // fall in those bins' 200 ms and wait their 50 ms.
+    assert!(held >= 32 * 40_000_000, "works held only {held} ns longer by the VM's first bins");
+}
+
 /// llc-within's sysctl=0 run on 7.3 in the twin, traffic starting `start_ms` after the
 /// hops' epoch and works as late as `work_delays`: the steer calls after the warm-up and
 /// the steers 7.3's active-flow check skipped.

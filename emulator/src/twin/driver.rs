@@ -151,6 +151,10 @@ pub struct Driver {
     last_filter_id: u32,
     lock_free_at: u64,
     pub wq: VecDeque<(Work, u64)>,
+    /// When the first rule work was queued: the origin of a VM run's `work_delays` bins
+    /// (the module's `first_queued_ns`, set by the first steer that queues a work; an
+    /// expiry work before it does not count).
+    pub first_rule_queued_ns: Option<u64>,
     pub ctr: DriverCounters,
     /// The device's last ENGINE_STATE event said disabled.
     pub engine_disabled: bool,
@@ -172,6 +176,7 @@ impl Driver {
             last_filter_id: 0,
             lock_free_at: 0,
             wq: VecDeque::new(),
+            first_rule_queued_ns: None,
             ctr: DriverCounters::default(),
             engine_disabled: false,
             sync_scheduled: false,
@@ -229,6 +234,7 @@ impl Driver {
             r.busy = true;
             r.pending = true;
             self.wq.push_back((Work::Rule(id), t));
+            self.first_rule_queued_ns.get_or_insert(t);
         }
         i32::from(id)
     }

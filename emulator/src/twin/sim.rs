@@ -72,7 +72,7 @@ pub struct RunSpec {
     /// to the pod's other workers uniformly. `None`: every read drawn uniformly.
     pub reread: Option<f64>,
     /// How late a VM run's rule works ran (the module's debugfs `work_delays`): per
-    /// [`WORK_DELAY_BIN_NS`] since the first work was queued, the mean delay (ms) of
+    /// [`WORK_DELAY_BIN_NS`] since the first rule work was queued, the mean delay (ms) of
     /// that bin's works (older reports: the longest). A work that wakes the idle
     /// workqueue in a bin starts that late (or after the profile's delay if longer);
     /// works queued behind it follow as the worker gets to them, not before their own
@@ -238,8 +238,6 @@ struct Sim<'a> {
     workers: Vec<Worker>,
     /// Work stealing: who reads the next request.
     rng: ChaCha8Rng,
-    /// When the first work was queued (the origin of `spec.work_delays`).
-    first_work_ns: Option<u64>,
     exec: Exec,
     samples: Vec<Sample>,
     rx_per_queue: Vec<u64>,
@@ -368,7 +366,6 @@ pub fn simulate(
         pos,
         workers,
         rng: ChaCha8Rng::seed_from_u64(spec.seed ^ 0x5eed_57ea),
-        first_work_ns: None,
         exec: Exec::Idle,
         samples: vec![Sample::default()],
         rx_per_queue: vec![0; usize::from(queues)],
@@ -601,7 +598,6 @@ impl Sim<'_> {
     fn kick_wq(&mut self) {
         if matches!(self.exec, Exec::Idle) && !self.driver.wq.is_empty() {
             self.exec = Exec::Starting;
-            self.first_work_ns.get_or_insert(self.now);
             let t = self.now + self.driver.profile.wq_delay_ns.max(self.vm_work_delay_ns(self.now));
             self.push(t, Ev::WqRun);
         }
@@ -793,7 +789,7 @@ impl Sim<'_> {
     /// The delay the VM run measured for works queued at `t` (its bin of
     /// [`RunSpec::work_delays`]); 0 without them.
     fn vm_work_delay_ns(&self, t: u64) -> u64 {
-        let Some(first) = self.first_work_ns else { return 0 };
+        let Some(first) = self.driver.first_rule_queued_ns else { return 0 };
         let bin = usize::try_from(t.saturating_sub(first) / WORK_DELAY_BIN_NS).unwrap_or(usize::MAX);
         self.spec.work_delays.get(bin).map_or(0, |&ms| u64::from(ms) * 1_000_000)
     }
