@@ -43,6 +43,20 @@ pub fn same_pct(r: &RunReport) -> Option<f64> {
     r.driver()?.steer_same_pct_window
 }
 
+/// A run degraded by its steer-to-command delay alone, whose module kept the delays over
+/// time (`work_delays`): the twin replays exactly what strained it, the rule works'
+/// lateness bin by bin, so it is compared (marked in the table). A loaded guest's runs
+/// are the ones whose steers the delays shape (brpc-like on this machine: 3 of 4 runs
+/// over 50 ms); any other reason (replies lost, lock wait, a busy guest or host) is
+/// something the twin does not replay, and the run stays out.
+pub fn late_works_only(run: &RunReport) -> bool {
+    run.health.as_ref().is_some_and(|h| {
+        h.verdict == Verdict::Degraded
+            && !h.reasons.is_empty()
+            && h.reasons.iter().all(|x| x.starts_with("steer-to-command delay"))
+    }) && !vm_work_delays(run).is_empty()
+}
+
 /// One metric of one (scenario, kernel, run label).
 #[derive(Clone, Debug)]
 pub struct Cell {
@@ -58,6 +72,8 @@ pub struct Cell {
     pub replayed: Vec<usize>,
     /// Per VM report, under work stealing: its share of reads on the flow's previous CPU.
     pub reread: Vec<Option<f64>>,
+    /// Per VM report: compared though its health is degraded, by [`late_works_only`].
+    pub late: Vec<bool>,
     pub flows: u32,
     /// The highest *same* share (%) of the VM runs' steer calls.
     pub vm_same_pct: f64,
@@ -304,7 +320,8 @@ pub fn compare(
         };
         for run in &r.runs {
             let kernel = run.kernel.clone().unwrap_or_else(|| r.kernel.clone());
-            if let Some(h) = run.health.as_ref().filter(|h| h.verdict != Verdict::Ok) {
+            let late_only = late_works_only(run);
+            if let Some(h) = run.health.as_ref().filter(|h| h.verdict != Verdict::Ok && !late_only) {
                 let why = format!("run health {}: not a measurement ({})", h.verdict.as_str(), h.reasons.join("; "));
                 skipped.push(Skipped { source: format!("{src} {}", run.label), reason: why });
                 continue;
@@ -384,6 +401,7 @@ pub fn compare(
                     model: Vec::new(),
                     replayed: Vec::new(),
                     reread: Vec::new(),
+                    late: Vec::new(),
                     flows: s.traffic.flows,
                     vm_same_pct: 0.0,
                 });
@@ -392,6 +410,7 @@ pub fn compare(
                 cell.model.extend(model.iter().filter_map(|x| (m.read)(x)));
                 cell.replayed.push(replayed);
                 cell.reread.push(reread);
+                cell.late.push(late_only);
             }
         }
     }
@@ -445,7 +464,11 @@ pub fn markdown(cells: &[Cell], skipped: &[Skipped], seeds: u32) -> String {
     for c in cells {
         let lo = c.model.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = c.model.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let vals: Vec<String> = c.vm.iter().map(|v| format!("{v:.1}")).collect();
+        let vals: Vec<String> =
+            c.vm.iter()
+                .zip(c.late.iter().chain(std::iter::repeat(&false)))
+                .map(|(v, &late)| if late { format!("{v:.1} (late works)") } else { format!("{v:.1}") })
+                .collect();
         let rep: Vec<String> = c
             .replayed
             .iter()
@@ -476,6 +499,11 @@ pub fn markdown(cells: &[Cell], skipped: &[Skipped], seeds: u32) -> String {
             }
         ));
     }
+    if cells.iter().any(|c| c.late.contains(&true)) {
+        t.push_str(
+            "\n(late works): a run degraded by its steer-to-command delay alone; the twin replays its works' delays.\n",
+        );
+    }
     for s in skipped {
         t.push_str(&format!("\nNot compared: {}: {}\n", s.source, s.reason));
     }
@@ -496,8 +524,36 @@ mod tests {
             model: model.to_vec(),
             replayed: vec![0; vm.len()],
             reread: Vec::new(),
+            late: Vec::new(),
             flows: 64,
             vm_same_pct: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_run_degraded_by_late_works_alone_is_compared_when_it_has_their_bins() {
+        use crate::report::schema::Health;
+        let health = |verdict, reasons: &[&str]| {
+            Some(Health { verdict, reasons: reasons.iter().map(|x| x.to_string()).collect(), ..Health::default() })
+        };
+        let delay = "steer-to-command delay 142 ms > 50 ms (mean)";
+        let mut run = RunReport { health: health(Verdict::Degraded, &[delay]), ..RunReport::default() };
+        // Without the bins the twin would replay one mean: not what strained the run.
+        assert!(!late_works_only(&run));
+        run.guest.system.other.insert(
+            "files".into(),
+            serde_json::json!({ crate::runner::run::WORK_DELAYS_DEBUGFS: "h\n0 140 3 400000\n" }),
+        );
+        assert!(late_works_only(&run));
+        for (verdict, reasons) in [
+            (Verdict::Degraded, vec![delay, "guest CPU 93% busy > 90%"]),
+            (Verdict::Degraded, vec!["replies lost 0.70% > 0.5%"]),
+            (Verdict::Invalid, vec!["steer-to-command delay 300 ms > 250 ms (mean)"]),
+            (Verdict::Degraded, vec![]),
+            (Verdict::Ok, vec![]),
+        ] {
+            run.health = health(verdict, &reasons);
+            assert!(!late_works_only(&run), "{verdict:?} {reasons:?}");
         }
     }
 
