@@ -156,4 +156,7 @@ fn stale_filter_hazard() {
         let ok = f.filter.is_none() && f.same_llc == Some(false) && f.via_rss_only_ms >= Some(STUCK_AFTER_MS);
         assert!(ok, "{f:?}");
     }
+    // The twin, fed this run's EPERM window, work delays and hop times, agrees: the
+    // steers of the sysctl-0 run and the stuck flows of the sysctl-1 run.
+    assert_twin_agrees_or_rerun(&r, "stale-filter", || scenario("stale-filter"));
 }
