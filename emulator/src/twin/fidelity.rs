@@ -47,7 +47,7 @@ pub fn same_pct(r: &RunReport) -> Option<f64> {
 /// A run degraded by its steer-to-command delay alone, whose module kept the delays over
 /// time (`work_delays`): the twin replays exactly what strained it, the rule works'
 /// lateness bin by bin, so it is compared (marked in the table). A loaded guest's runs
-/// are the ones whose steers the delays shape (brpc-like on this machine: 3 of 4 runs
+/// are the ones whose steers the delays shape (brpc-like on this machine: 5 of 8 runs
 /// over 50 ms); any other reason (replies lost, lock wait, a busy guest or host) is
 /// something the twin does not replay, and the run stays out.
 pub fn late_works_only(run: &RunReport) -> bool {
