@@ -13,6 +13,7 @@ mod common;
 
 use arfsnic::report::schema::Verdict;
 use arfsnic::report::{Report, RunReport};
+use arfsnic::runner::health::degraded_by_delay_only;
 use common::{root, run_scenario};
 
 const SYSCTL: &str = "net.core.arfs_llc_affinity";
@@ -47,10 +48,9 @@ fn check(name: &str) -> (f64, f64, f64) {
         // are counted when the kernel makes them, so such a run still counts them; it is
         // taken, said so, when that delay (under the 250 ms that makes a run invalid) is
         // its only reason. Anything else is not.
-        let delay_only = h.reasons.iter().all(|x| x.starts_with("steer-to-command delay"));
         match h.verdict {
             Verdict::Ok => {}
-            Verdict::Degraded if delay_only => println!("{name} {}: taken though degraded: {:?}", run.label, h.reasons),
+            _ if degraded_by_delay_only(h) => println!("{name} {}: taken though degraded: {:?}", run.label, h.reasons),
             _ => panic!("{name} {}: {:?}: {:?}", run.label, h.verdict, h.reasons),
         }
         let tcp = run.link.tcp.as_ref().expect("link.tcp");

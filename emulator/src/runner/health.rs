@@ -42,6 +42,16 @@ pub const LIMITS: Limits = Limits {
     vcpu_wait_pct_degraded: 50.0,
 };
 
+/// How the steer-to-command delay's reason begins.
+const DELAY_REASON: &str = "steer-to-command delay";
+
+/// `degraded` by the steer-to-command delay alone: the guest's rule works ran late and no
+/// other limit was crossed. The steer calls are still counted as the kernel makes them,
+/// and model mode replays exactly that lateness (docs/model.md, "Fidelity").
+pub fn degraded_by_delay_only(h: &Health) -> bool {
+    h.verdict == Verdict::Degraded && !h.reasons.is_empty() && h.reasons.iter().all(|x| x.starts_with(DELAY_REASON))
+}
+
 /// Flag a signal: `Invalid` above `invalid` (when it has one), else `Degraded` above
 /// `degraded`; `reason(verdict, value, limit)` says which limit it crossed.
 fn grade(
@@ -103,7 +113,7 @@ pub fn assess(r: &RunReport, vcpus: u32, lim: &Limits) -> Health {
     );
     let delay = h.work_delay_ms_mean;
     grade(&mut h, delay, lim.work_delay_ms_mean_degraded, Some(lim.work_delay_ms_mean_invalid), |_, x, limit| {
-        format!("steer-to-command delay {x:.0} ms > {limit} ms (mean)")
+        format!("{DELAY_REASON} {x:.0} ms > {limit} ms (mean)")
     });
     grade(&mut h, same, lim.steer_same_pct_degraded, None, |_, x, limit| {
         format!("steer_same {x:.0}% of steer calls > {limit}%")

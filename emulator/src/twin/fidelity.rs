@@ -51,11 +51,7 @@ pub fn same_pct(r: &RunReport) -> Option<f64> {
 /// over 50 ms); any other reason (replies lost, lock wait, a busy guest or host) is
 /// something the twin does not replay, and the run stays out.
 pub fn late_works_only(run: &RunReport) -> bool {
-    run.health.as_ref().is_some_and(|h| {
-        h.verdict == Verdict::Degraded
-            && !h.reasons.is_empty()
-            && h.reasons.iter().all(|x| x.starts_with("steer-to-command delay"))
-    }) && !vm_work_delays(run).is_empty()
+    run.health.as_ref().is_some_and(crate::runner::health::degraded_by_delay_only) && !vm_work_delays(run).is_empty()
 }
 
 /// One metric of one (scenario, kernel, run label).
